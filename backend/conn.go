@@ -1,0 +1,257 @@
+package backend
+
+import (
+	"bufio"
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/jackc/puddle/v2"
+
+	"github.com/pgquic/pgquic/internal/wire"
+)
+
+// Conn is one warm, authenticated server connection. While a client holds it
+// (between Pool.Acquire and Release/Destroy) that client's session goroutine
+// owns every field; the pool touches it only when it is idle.
+type Conn struct {
+	// R reads the server's messages. W buffers messages to the server; the
+	// holder must Flush it.
+	R *wire.Reader
+	W *bufio.Writer
+
+	// PID and SecretKey identify the server process, as sent in its
+	// BackendKeyData; Pool.Cancel needs them.
+	PID       uint32
+	SecretKey []byte
+
+	// Params holds the server's current ParameterStatus values. The holder
+	// keeps it up to date as ParameterStatus messages pass by, so the pooler
+	// can tell when a client's settings differ from this server's.
+	Params map[string]string
+
+	// State belongs to the pooler layer (its per-server prepared statement
+	// cache). The backend package never reads it and drops it with the
+	// connection.
+	State any
+
+	netConn   net.Conn
+	pool      *Pool
+	createdAt time.Time
+	lastUsed  time.Time
+
+	// res is the puddle resource while the conn is checked out; nil once it
+	// has been released or destroyed. Release and Destroy swap it out
+	// atomically, so a second call, even from another goroutine tearing the
+	// session down, is a no-op.
+	res atomic.Pointer[puddle.Resource[*Conn]]
+
+	// tlsConfig is the TLS configuration the connection was negotiated with
+	// (nil for plaintext); network and address are where it was dialed. Cancel
+	// uses them to reach the same server the same way.
+	tlsConfig *tls.Config
+	network   string
+	address   string
+
+	// raw gives access to the socket for the liveness peek; nil when the
+	// transport exposes no file descriptor. peekFn is the bound method value,
+	// created once so that each peek allocates nothing.
+	raw     syscall.RawConn
+	peekFn  func(fd uintptr) bool
+	peekN   int
+	peekErr error
+	peekBuf [1]byte
+}
+
+// NetConn returns the underlying connection, so the holder can set deadlines
+// or close it to unblock a read when the session is torn down.
+func (c *Conn) NetConn() net.Conn { return c.netConn }
+
+// Pool returns the pool this connection belongs to.
+func (c *Conn) Pool() *Pool { return c.pool }
+
+// Release returns the connection to its pool. The caller guarantees the
+// connection is idle: ReadyForQuery with status 'I' has been read, every
+// response has been consumed and W has been flushed. A connection past its
+// ServerLifetime, or one that still has buffered bytes (a broken promise that
+// would hand the next client someone else's data), is destroyed instead.
+// Calling Release or Destroy again afterwards does nothing.
+func (c *Conn) Release() {
+	res := c.res.Swap(nil)
+	if res == nil {
+		return
+	}
+	p := c.pool
+	now := time.Now()
+	if c.R.Buffered() != 0 || c.W.Buffered() != 0 {
+		p.logger.Warn("backend: connection released with buffered data; destroying it",
+			"pid", c.PID, "read_buffered", c.R.Buffered(), "write_buffered", c.W.Buffered())
+		p.destroyRes(res, reasonError)
+		return
+	}
+	if now.Sub(c.createdAt) > p.cfg.ServerLifetime {
+		p.destroyRes(res, reasonLifetime)
+		return
+	}
+	c.lastUsed = now
+	res.Release()
+}
+
+// Destroy closes the connection and removes it from its pool. It is safe in
+// any protocol state (mid-transaction, mid-COPY, after a read error); the
+// server sees a Terminate or a closed socket and rolls back. Calling Release
+// or Destroy again afterwards does nothing.
+func (c *Conn) Destroy() {
+	res := c.res.Swap(nil)
+	if res == nil {
+		return
+	}
+	c.pool.destroyRes(res, reasonError)
+}
+
+// initRaw finds the socket under the connection (under TLS too: while the
+// connection is idle nothing may arrive at the socket either) for peeking.
+func (c *Conn) initRaw() {
+	nc := c.netConn
+	if tc, ok := nc.(*tls.Conn); ok {
+		nc = tc.NetConn()
+	}
+	sc, ok := nc.(syscall.Conn)
+	if !ok {
+		return
+	}
+	raw, err := sc.SyscallConn()
+	if err != nil {
+		return
+	}
+	c.raw = raw
+	c.peekFn = c.peekFD
+}
+
+// errUnsolicited reports data from the server on a connection that should be
+// silent: typically a FATAL ErrorResponse sent before the server closed it.
+var errUnsolicited = errors.New("server sent unsolicited data on an idle connection")
+
+// alive reports whether an idle connection still looks usable, without
+// blocking and without a round trip: the server must not have sent anything
+// (data means an unsolicited message such as FATAL "terminating connection
+// due to administrator command"; end of file means it closed). When the
+// transport exposes no socket it reports true and the round-trip health check
+// has to find out.
+func (c *Conn) alive() error {
+	if c.R.Buffered() != 0 {
+		return errUnsolicited
+	}
+	if c.raw == nil {
+		return nil
+	}
+	if err := c.raw.Read(c.peekFn); err != nil {
+		return fmt.Errorf("inspect socket: %w", err)
+	}
+	return c.peekResult()
+}
+
+// ping runs a full round trip: an empty Query, which the server answers with
+// EmptyQueryResponse and ReadyForQuery. It proves the server process is alive
+// and the connection is in sync, and bounds the wait by timeout and ctx.
+// ParameterStatus messages that arrive on the way update Params.
+func (c *Conn) ping(ctx context.Context, timeout time.Duration) (err error) {
+	deadline := time.Now().Add(timeout)
+	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
+		deadline = d
+	}
+	nc := c.netConn
+	if err := nc.SetDeadline(deadline); err != nil {
+		return fmt.Errorf("set deadline: %w", err)
+	}
+	stop := context.AfterFunc(ctx, func() { _ = nc.SetDeadline(time.Unix(1, 0)) })
+	defer func() {
+		if !stop() && err == nil {
+			err = ctx.Err()
+		}
+		if derr := nc.SetDeadline(time.Time{}); derr != nil && err == nil {
+			err = fmt.Errorf("clear deadline: %w", derr)
+		}
+	}()
+
+	// Query message with an empty query string: 'Q', length 5, "\x00".
+	if _, err := c.W.Write([]byte{'Q', 0, 0, 0, 5, 0}); err != nil {
+		return fmt.Errorf("write health check: %w", err)
+	}
+	if err := c.W.Flush(); err != nil {
+		return fmt.Errorf("write health check: %w", err)
+	}
+	sawEmpty := false
+	for {
+		typ, _, err := c.R.Next()
+		if err != nil {
+			return fmt.Errorf("read health check reply: %w", err)
+		}
+		switch typ {
+		case 'I': // EmptyQueryResponse
+			sawEmpty = true
+			if err := c.R.Skip(); err != nil {
+				return fmt.Errorf("read health check reply: %w", err)
+			}
+		case 'Z': // ReadyForQuery
+			body, err := c.R.Body()
+			if err != nil {
+				return fmt.Errorf("read health check reply: %w", err)
+			}
+			if !sawEmpty || len(body) != 1 || body[0] != 'I' {
+				return fmt.Errorf("health check: unexpected ReadyForQuery (status %q, empty reply seen %v)", body, sawEmpty)
+			}
+			return nil
+		case 'S': // ParameterStatus
+			body, err := c.R.Body()
+			if err != nil {
+				return fmt.Errorf("read health check reply: %w", err)
+			}
+			if name, rest, ok := wire.CString(body); ok {
+				if val, _, ok := wire.CString(rest); ok {
+					c.Params[string(name)] = string(val)
+				}
+			}
+		case 'N', 'A': // NoticeResponse, NotificationResponse
+			if err := c.R.Skip(); err != nil {
+				return fmt.Errorf("read health check reply: %w", err)
+			}
+		case 'E':
+			body, err := c.R.Body()
+			if err != nil {
+				return fmt.Errorf("read health check reply: %w", err)
+			}
+			return fmt.Errorf("health check: server error: %s", errorMessage(body))
+		default:
+			return fmt.Errorf("health check: unexpected message type %q", typ)
+		}
+	}
+}
+
+// errorMessage renders an ErrorResponse body as "SEVERITY CODE: message" for
+// logs, without allocating a decoder.
+func errorMessage(body []byte) string {
+	var sev, code, msg []byte
+	for len(body) > 0 && body[0] != 0 {
+		field := body[0]
+		val, rest, ok := wire.CString(body[1:])
+		if !ok {
+			break
+		}
+		switch field {
+		case 'S':
+			sev = val
+		case 'C':
+			code = val
+		case 'M':
+			msg = val
+		}
+		body = rest
+	}
+	return fmt.Sprintf("%s %s: %s", sev, code, msg)
+}

@@ -1,0 +1,405 @@
+// Package backend keeps warm, authenticated PostgreSQL server connections in
+// pools, one pool per (database, user), and hands them to the pooler.
+//
+// Connections are opened with pgconn (TLS, trust/cleartext/md5/SCRAM
+// authentication, startup parameters) and then hijacked: the pooler speaks
+// the protocol over the raw socket through Conn.R and Conn.W. A puddle pool
+// bounds the number of connections; a background loop per pool keeps MinPool
+// connections open and retires old or surplus idle ones. Acquire never hands
+// out a connection the server has already closed or written to: it peeks at
+// the socket without blocking and runs a round-trip check on connections that
+// sat idle for a while.
+package backend
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/puddle/v2"
+)
+
+// ErrNoRoute reports that no route serves the requested database and user.
+var ErrNoRoute = errors.New("backend: no route for database and user")
+
+// ErrPoolClosed reports an Acquire on a pool (or manager) that has been
+// closed, typically during shutdown.
+var ErrPoolClosed = errors.New("backend: pool closed")
+
+// maintainEvery is how often the background loop checks a pool.
+const maintainEvery = time.Second
+
+// maxRetryBackoff caps the wait between failed attempts to reach MinPool.
+const maxRetryBackoff = 30 * time.Second
+
+// Pool is a bounded set of server connections to one database as one user.
+// All methods are safe for concurrent use.
+type Pool struct {
+	cfg      PoolConfig
+	pgcfg    *pgconn.Config
+	database string
+	user     string
+	logger   *slog.Logger
+	metrics  *poolMetrics
+	pp       *puddle.Pool[*Conn]
+	waiting  atomic.Int64
+
+	// ctx is cancelled by Close; it aborts background connection attempts.
+	ctx    context.Context
+	cancel context.CancelFunc
+	done   chan struct{} // closed when the background loop has exited
+
+	startOnce sync.Once
+	closeOnce sync.Once
+
+	// targets maps a server PID to where its connection was dialed, for
+	// Cancel. Only the constructor and destructor write it.
+	targetsMu sync.Mutex
+	targets   map[uint32]cancelTarget
+
+	// failures counts consecutive failed attempts to reach MinPool; only the
+	// background loop touches it and retryAt.
+	failures int
+	retryAt  time.Time
+}
+
+// Stats is a snapshot of a pool's connections.
+type Stats struct {
+	// Database and User are the server-side database and user.
+	Database, User string
+	// Total counts every connection: idle, in use and being opened.
+	Total int
+	// Idle connections are ready to hand out.
+	Idle int
+	// InUse connections are held by clients.
+	InUse int
+	// Constructing connections are being dialed and authenticated.
+	Constructing int
+	// Max is the pool size.
+	Max int
+	// Waiting counts Acquire calls in progress: callers waiting for a
+	// connection or for one to be opened.
+	Waiting int
+}
+
+// NewPool parses cfg, opens MinPool connections and starts the background
+// loop that keeps them open. An unparsable ConnString or invalid settings
+// return an error; a server that cannot be reached does not: the failure is
+// logged and the loop keeps retrying, so the service comes up before its
+// database does. A nil logger discards logs; a nil m records no metrics.
+func NewPool(ctx context.Context, cfg PoolConfig, logger *slog.Logger, m *Metrics) (*Pool, error) {
+	cfg, err := cfg.populate()
+	if err != nil {
+		return nil, err
+	}
+	pgcfg, err := parseConnString(cfg.ConnString)
+	if err != nil {
+		return nil, err
+	}
+	p, err := newPool(cfg, pgcfg, logger, m)
+	if err != nil {
+		return nil, err
+	}
+	p.warm(ctx)
+	p.start()
+	return p, nil
+}
+
+// parseConnString parses a postgres URL or keyword/value string.
+func parseConnString(s string) (*pgconn.Config, error) {
+	if s == "" {
+		return nil, fmt.Errorf("%w: ConnString is empty", ErrInvalidConfig)
+	}
+	pgcfg, err := pgconn.ParseConfig(s)
+	if err != nil {
+		// pgconn redacts the password in its error text.
+		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+	}
+	return pgcfg, nil
+}
+
+// newPool builds a pool around an already parsed server configuration
+// without opening connections or starting the background loop. cfg must have
+// its defaults populated.
+func newPool(cfg PoolConfig, pgcfg *pgconn.Config, logger *slog.Logger, m *Metrics) (*Pool, error) {
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	p := &Pool{
+		cfg:      cfg,
+		pgcfg:    pgcfg,
+		database: pgcfg.Database,
+		user:     pgcfg.User,
+		ctx:      ctx,
+		cancel:   cancel,
+		done:     make(chan struct{}),
+		targets:  make(map[uint32]cancelTarget),
+	}
+	p.logger = logger.With("database", p.database, "user", p.user)
+	pp, err := puddle.NewPool(&puddle.Config[*Conn]{
+		Constructor: p.construct,
+		Destructor:  p.destruct,
+		MaxSize:     int32(cfg.PoolSize),
+	})
+	if err != nil {
+		cancel()
+		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+	}
+	p.pp = pp
+	p.metrics = m.forPool(p)
+	return p, nil
+}
+
+// Database returns the server-side database name of the pool.
+func (p *Pool) Database() string { return p.database }
+
+// User returns the server-side user name of the pool.
+func (p *Pool) User() string { return p.user }
+
+// Stat returns a snapshot of the pool's connection counts.
+func (p *Pool) Stat() Stats {
+	s := p.pp.Stat()
+	return Stats{
+		Database:     p.database,
+		User:         p.user,
+		Total:        int(s.TotalResources()),
+		Idle:         int(s.IdleResources()),
+		InUse:        int(s.AcquiredResources()),
+		Constructing: int(s.ConstructingResources()),
+		Max:          int(s.MaxResources()),
+		Waiting:      int(p.waiting.Load()),
+	}
+}
+
+// Acquire returns an idle server connection, opening one if the pool has room,
+// or waits for one to be released. It fails when ctx ends (the error wraps
+// ctx.Err()), when a new connection cannot be opened, or with ErrPoolClosed.
+//
+// A connection the server has closed or written to while it was idle (after
+// pg_terminate_backend or a server restart) is destroyed and another one is
+// tried, so the caller never gets a dead connection from the pool; one idle
+// longer than HealthCheckAfter is checked with a round trip first.
+func (p *Pool) Acquire(ctx context.Context) (*Conn, error) {
+	start := time.Now()
+	p.waiting.Add(1)
+	defer p.waiting.Add(-1)
+	for {
+		res, err := p.pp.Acquire(ctx)
+		if err != nil {
+			return nil, p.acquireError(ctx, err)
+		}
+		c := res.Value()
+		if err := c.alive(); err != nil {
+			p.logger.Debug("backend: discarding dead connection", "pid", c.PID, "err", err)
+			p.destroyRes(res, reasonDead)
+			continue
+		}
+		if res.IdleDuration() > p.cfg.HealthCheckAfter {
+			if err := c.ping(ctx, p.cfg.ConnectTimeout); err != nil {
+				p.logger.Debug("backend: health check failed", "pid", c.PID, "err", err)
+				p.destroyRes(res, reasonDead)
+				if ctx.Err() != nil {
+					return nil, p.acquireError(ctx, ctx.Err())
+				}
+				continue
+			}
+		}
+		c.res.Store(res)
+		p.metrics.acquired(start)
+		return c, nil
+	}
+}
+
+// acquireError turns a puddle error into this package's errors.
+func (p *Pool) acquireError(ctx context.Context, err error) error {
+	switch {
+	case errors.Is(err, puddle.ErrClosedPool):
+		return fmt.Errorf("backend: acquire %s/%s: %w", p.database, p.user, ErrPoolClosed)
+	case ctx.Err() != nil:
+		return fmt.Errorf("backend: acquire %s/%s: %w", p.database, p.user, ctx.Err())
+	default:
+		return err // already wrapped by dial
+	}
+}
+
+// destroyRes closes a checked-out connection and counts why.
+func (p *Pool) destroyRes(res *puddle.Resource[*Conn], reason string) {
+	p.metrics.destroyedFor(reason)
+	res.Destroy()
+}
+
+// construct is the puddle constructor. ctx is the Acquire caller's context
+// detached from its cancellation (puddle keeps constructing for the next
+// caller), or the pool's own context; dial bounds it by ConnectTimeout.
+func (p *Pool) construct(ctx context.Context) (*Conn, error) {
+	c, err := p.dial(ctx)
+	if err != nil {
+		p.metrics.connectFailed()
+		return nil, err
+	}
+	p.metrics.connected()
+	p.targetsMu.Lock()
+	p.targets[c.PID] = cancelTarget{network: c.network, address: c.address, tlsConfig: c.tlsConfig}
+	p.targetsMu.Unlock()
+	p.logger.Debug("backend: connected", "pid", c.PID, "address", c.address, "tls", c.tlsConfig != nil)
+	return c, nil
+}
+
+// terminateMsg is the Terminate message: 'X' and length 4.
+var terminateMsg = []byte{'X', 0, 0, 0, 4}
+
+// destruct is the puddle destructor: a polite Terminate (best effort, with a
+// short deadline so a stuck socket cannot hold it up), then close. Over TLS
+// the socket is closed directly, skipping the close_notify alert whose write
+// could block for seconds on a dead peer.
+func (p *Pool) destruct(c *Conn) {
+	p.targetsMu.Lock()
+	if t, ok := p.targets[c.PID]; ok && t.address == c.address {
+		delete(p.targets, c.PID)
+	}
+	p.targetsMu.Unlock()
+
+	nc := c.netConn
+	_ = nc.SetWriteDeadline(time.Now().Add(100 * time.Millisecond))
+	_, _ = nc.Write(terminateMsg)
+	if tc, ok := nc.(*tls.Conn); ok {
+		_ = tc.NetConn().Close()
+	}
+	_ = nc.Close()
+}
+
+// warm opens connections until the pool holds MinPool, in parallel, and logs
+// a failure instead of returning it: the background loop retries.
+func (p *Pool) warm(ctx context.Context) {
+	need := p.cfg.MinPool - int(p.pp.Stat().TotalResources())
+	if need <= 0 {
+		return
+	}
+	errs := make(chan error, need)
+	for range need {
+		go func() { errs <- p.pp.CreateResource(ctx) }()
+	}
+	var first error
+	for range need {
+		if err := <-errs; err != nil && first == nil {
+			first = err
+		}
+	}
+	if first != nil && !errors.Is(first, puddle.ErrClosedPool) {
+		p.noteFailure(first)
+	}
+}
+
+// start launches the background loop once.
+func (p *Pool) start() {
+	p.startOnce.Do(func() { go p.run() })
+}
+
+// run is the background loop: every maintainEvery it retires old and surplus
+// idle connections, drops dead idle ones, and tops the pool up to MinPool.
+// It exits when Close cancels p.ctx.
+func (p *Pool) run() {
+	defer close(p.done)
+	t := time.NewTicker(maintainEvery)
+	defer t.Stop()
+	for {
+		p.maintain()
+		select {
+		case <-p.ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// maintain is one round of the background loop, in the spirit of pgxpool's
+// backgroundHealthCheck and checkMinConns.
+func (p *Pool) maintain() {
+	p.sweepIdle()
+	p.fillMin()
+}
+
+// sweepIdle takes every idle connection out for a moment and destroys it
+// when it is dead, past ServerLifetime, or idle past ServerIdleTimeout while
+// the pool holds more than MinPool; the rest go back unchanged.
+func (p *Pool) sweepIdle() {
+	idle := p.pp.AcquireAllIdle()
+	if len(idle) == 0 {
+		return
+	}
+	total := int(p.pp.Stat().TotalResources())
+	for _, res := range idle {
+		c := res.Value()
+		switch {
+		case c.alive() != nil:
+			p.destroyRes(res, reasonDead)
+			total--
+		case time.Since(res.CreationTime()) > p.cfg.ServerLifetime:
+			p.destroyRes(res, reasonLifetime)
+			total--
+		case total > p.cfg.MinPool && res.IdleDuration() > p.cfg.ServerIdleTimeout:
+			p.destroyRes(res, reasonIdle)
+			total--
+		default:
+			res.ReleaseUnused()
+		}
+	}
+}
+
+// fillMin opens connections until the pool holds MinPool. After a failure it
+// backs off exponentially (1s, 2s, 4s... up to 30s) and logs only the first
+// failure of a streak and the recovery.
+func (p *Pool) fillMin() {
+	if p.cfg.MinPool == 0 || time.Now().Before(p.retryAt) {
+		return
+	}
+	for int(p.pp.Stat().TotalResources()) < p.cfg.MinPool {
+		err := p.pp.CreateResource(p.ctx)
+		if err != nil {
+			if errors.Is(err, puddle.ErrClosedPool) || errors.Is(err, puddle.ErrNotAvailable) || p.ctx.Err() != nil {
+				return
+			}
+			p.noteFailure(err)
+			return
+		}
+		if p.failures > 0 {
+			p.logger.Info("backend: server reachable again", "failed_attempts", p.failures)
+			p.failures = 0
+			p.retryAt = time.Time{}
+		}
+	}
+}
+
+// noteFailure records a failed attempt to reach MinPool.
+func (p *Pool) noteFailure(err error) {
+	p.failures++
+	backoff := maxRetryBackoff
+	if p.failures < 6 {
+		backoff = time.Second << (p.failures - 1)
+	}
+	p.retryAt = time.Now().Add(backoff)
+	if p.failures == 1 {
+		p.logger.Warn("backend: cannot open server connection; retrying in the background", "err", err)
+	}
+}
+
+// Close stops the background loop, aborts connection attempts in progress,
+// rejects further Acquire calls with ErrPoolClosed and closes every
+// connection. Like puddle's Close it waits until connections held by clients
+// have been released or destroyed, so callers end their sessions first.
+func (p *Pool) Close() {
+	p.closeOnce.Do(func() {
+		p.cancel()
+		p.startOnce.Do(func() { close(p.done) }) // never started: nothing to wait for
+		<-p.done
+		p.pp.Close()
+		p.metrics.detach()
+	})
+}

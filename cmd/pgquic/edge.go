@@ -1,0 +1,192 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/pgquic/pgquic/config"
+	"github.com/pgquic/pgquic/quicfront"
+)
+
+const edgeUsage = `Usage: pgquic edge --pooler HOST:PORT [--listen 127.0.0.1:5433] [--ca F | --pin SHA256 | --insecure] [flags]
+
+Runs a local TCP listener for any PostgreSQL client (psql, pgbench, libpq or
+JDBC apps). Each accepted connection becomes one stream on a few shared QUIC
+connections to the pooler. Choose exactly one way to verify the pooler:
+--ca, --pin (the fingerprint 'pgquic serve' logs for its generated
+certificate) or --insecure (development only).
+
+Flags:
+`
+
+// edgeConfig is what the edge subcommand's flags describe.
+type edgeConfig struct {
+	listen, pooler, alpn string
+	conns, streams       int
+	ca, pin              string
+	insecure             bool
+	metricsListen        string
+	grace                time.Duration
+	logLevel, logFormat  string
+}
+
+// runEdge is the edge subcommand.
+func runEdge(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	ec, err := parseEdgeFlags(args, stdout, stderr)
+	if err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		if !errors.Is(err, errUsage) {
+			fmt.Fprintf(stderr, "pgquic edge: %v\n", err)
+		}
+		return 2
+	}
+	logger, err := newLogger(stderr, ec.logLevel, ec.logFormat)
+	if err != nil {
+		fmt.Fprintf(stderr, "pgquic edge: %v\n", err)
+		return 2
+	}
+	if err := runEdgeWith(ctx, ec, logger); err != nil {
+		logger.Error("edge failed", "err", err)
+		return 1
+	}
+	return 0
+}
+
+func parseEdgeFlags(args []string, stdout, stderr io.Writer) (edgeConfig, error) {
+	fs := flag.NewFlagSet("edge", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var ec edgeConfig
+	fs.StringVar(&ec.listen, "listen", "127.0.0.1:5433", "local TCP `address` for clients")
+	fs.StringVar(&ec.pooler, "pooler", "", "the pooler's QUIC `address` HOST:PORT (required)")
+	fs.IntVar(&ec.conns, "conns", quicfront.DefaultDialerConns, "QUIC connections to keep to the pooler")
+	fs.IntVar(&ec.streams, "streams", 100, "streams (sessions) per QUIC connection before another connection is used")
+	fs.StringVar(&ec.ca, "ca", "", "PEM `file` of CA certificates that sign the pooler's certificate")
+	fs.StringVar(&ec.pin, "pin", "", "trust exactly the pooler certificate with this `SHA256` fingerprint (hex)")
+	fs.BoolVar(&ec.insecure, "insecure", false, "do not verify the pooler's certificate (development only)")
+	fs.StringVar(&ec.alpn, "alpn", config.DefaultALPN, "QUIC application protocol `name`")
+	fs.StringVar(&ec.metricsListen, "metrics-listen", "", "`address` of a Prometheus /metrics endpoint; empty disables it")
+	fs.DurationVar(&ec.grace, "shutdown-grace", 10*time.Second, "how long shutdown waits for local clients to disconnect")
+	fs.StringVar(&ec.logLevel, "log-level", config.DefaultLogLevel, "log `level`: debug, info, warn or error")
+	fs.StringVar(&ec.logFormat, "log-format", config.DefaultLogFormat, "log `format`: text or json")
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), edgeUsage)
+		fs.PrintDefaults()
+	}
+	if err := parseFlags(fs, args, stdout); err != nil {
+		return ec, err
+	}
+	var errs []error
+	if ec.listen == "" {
+		errs = append(errs, errors.New("--listen is required"))
+	}
+	if ec.pooler == "" {
+		errs = append(errs, errors.New("--pooler is required"))
+	}
+	n := 0
+	for _, set := range []bool{ec.ca != "", ec.pin != "", ec.insecure} {
+		if set {
+			n++
+		}
+	}
+	if n != 1 {
+		errs = append(errs, errors.New("give exactly one of --ca, --pin or --insecure"))
+	}
+	if ec.conns < 1 || ec.streams < 1 {
+		errs = append(errs, errors.New("--conns and --streams must be at least 1"))
+	}
+	if ec.grace < 0 {
+		errs = append(errs, errors.New("--shutdown-grace must not be negative"))
+	}
+	return ec, errors.Join(errs...)
+}
+
+// runEdgeWith runs the edge until ctx is done, then drains local clients for
+// the grace period.
+func runEdgeWith(ctx context.Context, ec edgeConfig, logger *slog.Logger) error {
+	var reg *prometheus.Registry
+	var metrics *metricsServer
+	if ec.metricsListen != "" {
+		reg = prometheus.NewRegistry()
+		reg.MustRegister(
+			collectors.NewGoCollector(),
+			collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		)
+		metrics = newMetricsServer(reg)
+	}
+	dialer, err := quicfront.NewDialer(quicfront.DialerConfig{
+		Addr:              ec.pooler,
+		Conns:             ec.conns,
+		ALPN:              ec.alpn,
+		CAFile:            ec.ca,
+		PinSHA256:         ec.pin,
+		Insecure:          ec.insecure,
+		MaxStreamsPerConn: ec.streams,
+	}, logger.With("component", "dialer"))
+	if err != nil {
+		return err
+	}
+	defer dialer.Close()
+	var promReg prometheus.Registerer
+	if reg != nil {
+		promReg = reg
+	}
+	edge, err := quicfront.NewEdge(quicfront.EdgeConfig{Listen: ec.listen, Dialer: dialer}, logger.With("component", "edge"), promReg)
+	if err != nil {
+		return err
+	}
+	if err := edge.Listen(); err != nil {
+		return err
+	}
+	if metrics != nil {
+		if err := metrics.Listen(ec.metricsListen); err != nil {
+			_ = edge.Shutdown(context.Background())
+			return err
+		}
+	}
+	attrs := []any{"listen", edge.Addr().String(), "pooler", ec.pooler, "conns", ec.conns, "streams", ec.streams}
+	if metrics != nil {
+		attrs = append(attrs, "metrics", "http://"+metrics.Addr().String()+"/metrics")
+	}
+	logger.Info("pgquic edge ready", attrs...)
+
+	serveCtx, cancelServe := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelServe()
+	errc := make(chan error, 2)
+	var wg sync.WaitGroup
+	wg.Go(func() { errc <- edge.Serve(serveCtx) })
+	if metrics != nil {
+		wg.Go(func() { errc <- metrics.Serve() })
+	}
+	var failure error
+	select {
+	case <-ctx.Done():
+		logger.Info("shutting down", "grace", ec.grace)
+	case failure = <-errc:
+		if failure == nil {
+			failure = errors.New("edge stopped unexpectedly")
+		}
+		logger.Error("shutting down after a failure", "err", failure)
+	}
+	graceCtx, cancel := context.WithTimeout(context.Background(), ec.grace)
+	defer cancel()
+	if err := edge.Shutdown(graceCtx); err != nil {
+		logger.Warn("local clients cut off at the end of the grace period", "err", err)
+	}
+	if metrics != nil {
+		metrics.Shutdown(graceCtx)
+	}
+	cancelServe()
+	wg.Wait()
+	return failure
+}

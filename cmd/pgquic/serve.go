@@ -1,0 +1,170 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+
+	"github.com/pgquic/pgquic/config"
+)
+
+// serveUsage heads the serve subcommand's --help output.
+const serveUsage = `Usage: pgquic serve [--config FILE] [--backend URL] [flags]
+
+Runs the pooler. Clients connect over TCP (TLS via SSLRequest when a
+certificate is configured) or over QUIC (one stream per session). Flags
+override the configuration file; an empty listen address disables that
+listener. Without --backend and without databases in the file, a throwaway
+PostgreSQL is started for development and its URL is logged.
+
+Flags:
+`
+
+// runServe is the serve subcommand.
+func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	cfg, err := parseServeFlags(args, stdout, stderr)
+	if err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		if errors.Is(err, errUsage) {
+			return 2
+		}
+		fmt.Fprintf(stderr, "pgquic serve: %v\n", err)
+		return 2
+	}
+	logger, err := newLogger(stderr, cfg.LogLevel, cfg.LogFormat)
+	if err != nil {
+		fmt.Fprintf(stderr, "pgquic serve: %v\n", err)
+		return 2
+	}
+	srv, err := startServer(ctx, cfg, logger)
+	if err != nil {
+		logger.Error("start failed", "err", err)
+		return 1
+	}
+	if err := srv.Run(ctx); err != nil {
+		logger.Error("stopped with error", "err", err)
+		return 1
+	}
+	return 0
+}
+
+// parseServeFlags parses args, loads --config when given (else starts from
+// config.Default) and applies the flags the user set explicitly on top.
+// Flags left at their defaults never override the file. --help prints the
+// usage to stdout and returns flag.ErrHelp.
+func parseServeFlags(args []string, stdout, stderr io.Writer) (*config.Config, error) {
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var (
+		file        = fs.String("config", "", "YAML configuration `file`; flags override its values")
+		backendURL  = fs.String("backend", "", "PostgreSQL `URL` for every database and user (wildcard route); default: a throwaway PostgreSQL")
+		tcpListen   = fs.String("tcp-listen", config.DefaultTCPListen, "TCP listen `address`; empty disables the TCP front")
+		quicListen  = fs.String("quic-listen", config.DefaultQUICListen, "UDP listen `address` of the QUIC front; empty disables it")
+		metrics     = fs.String("metrics-listen", config.DefaultMetricsListen, "`address` of the Prometheus /metrics endpoint; empty disables it")
+		poolSize    = fs.Int("pool-size", config.DefaultPoolSize, "maximum server connections per database and user")
+		minPool     = fs.Int("min-pool", config.DefaultMinPool, "server connections each pool keeps open when idle")
+		mode        = fs.String("mode", config.DefaultMode, "pooling `mode`: transaction or session")
+		tlsCert     = fs.String("tls-cert", "", "PEM certificate `file` for TCP TLS and QUIC; default: QUIC uses a generated self-signed certificate and TCP has no TLS")
+		tlsKey      = fs.String("tls-key", "", "PEM private key `file` matching --tls-cert")
+		requireTLS  = fs.Bool("require-tls", false, "refuse TCP clients that do not use TLS (needs --tls-cert)")
+		alpn        = fs.String("alpn", config.DefaultALPN, "QUIC application protocol `name`")
+		authMethod  = fs.String("auth-method", config.DefaultAuthMethod, "client authentication `method`: trust, scram-sha-256, md5 or password")
+		authFile    = fs.String("auth-file", "", "PgBouncer-format userlist `file` (\"user\" \"secret\" per line)")
+		logLevel    = fs.String("log-level", config.DefaultLogLevel, "log `level`: debug, info, warn or error")
+		logFormat   = fs.String("log-format", config.DefaultLogFormat, "log `format`: text or json")
+		maxClients  = fs.Int("max-client-conn", config.DefaultMaxClientConn, "maximum concurrent client sessions")
+		gracePeriod = fs.Duration("shutdown-grace", config.DefaultShutdownGrace, "how long shutdown waits for open transactions")
+	)
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), serveUsage)
+		fs.PrintDefaults()
+	}
+	if err := parseFlags(fs, args, stdout); err != nil {
+		return nil, err
+	}
+
+	cfg := config.Default()
+	if *file != "" {
+		var err error
+		if cfg, err = config.Load(*file); err != nil {
+			return nil, err
+		}
+	}
+	fs.Visit(func(f *flag.Flag) {
+		switch f.Name {
+		case "backend":
+			cfg.Backend = *backendURL
+		case "tcp-listen":
+			cfg.TCPListen = *tcpListen
+		case "quic-listen":
+			cfg.QUICListen = *quicListen
+		case "metrics-listen":
+			cfg.MetricsListen = *metrics
+		case "pool-size":
+			cfg.PoolSize = *poolSize
+		case "min-pool":
+			cfg.MinPool = *minPool
+		case "mode":
+			cfg.Mode = *mode
+		case "tls-cert":
+			cfg.TLSCert = *tlsCert
+		case "tls-key":
+			cfg.TLSKey = *tlsKey
+		case "require-tls":
+			cfg.RequireTLS = *requireTLS
+		case "alpn":
+			cfg.ALPN = *alpn
+		case "auth-method":
+			cfg.Auth.Method = *authMethod
+		case "auth-file":
+			cfg.Auth.File = *authFile
+		case "log-level":
+			cfg.LogLevel = *logLevel
+		case "log-format":
+			cfg.LogFormat = *logFormat
+		case "max-client-conn":
+			cfg.MaxClientConn = *maxClients
+		case "shutdown-grace":
+			cfg.ShutdownGrace = *gracePeriod
+		}
+	})
+	cfg.ApplyDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("invalid configuration:\n%w", err)
+	}
+	return cfg, nil
+}
+
+// parseFlags parses args into fs and rejects positional arguments. Output
+// of the flag package is buffered: --help goes to stdout (it was asked for,
+// so it is not an error), parse errors and their usage to fs's own output.
+func parseFlags(fs *flag.FlagSet, args []string, stdout io.Writer) error {
+	errOut := fs.Output()
+	var buf bytes.Buffer
+	fs.SetOutput(&buf)
+	err := fs.Parse(args)
+	fs.SetOutput(errOut)
+	if errors.Is(err, flag.ErrHelp) {
+		_, _ = stdout.Write(buf.Bytes())
+		return err
+	}
+	_, _ = errOut.Write(buf.Bytes())
+	if err != nil {
+		return fmt.Errorf("%w: %w", errUsage, err)
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(errOut, "unexpected argument %q\n", fs.Arg(0))
+		fs.Usage()
+		return fmt.Errorf("%w: unexpected argument %q", errUsage, fs.Arg(0))
+	}
+	return nil
+}
+
+// errUsage marks command-line errors whose message and usage text were
+// already printed.
+var errUsage = errors.New("usage error")

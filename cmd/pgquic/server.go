@@ -1,0 +1,417 @@
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/pgquic/pgquic/backend"
+	"github.com/pgquic/pgquic/config"
+	"github.com/pgquic/pgquic/internal/pgtest"
+	"github.com/pgquic/pgquic/pooler"
+	"github.com/pgquic/pgquic/pooler/auth"
+	"github.com/pgquic/pgquic/quicfront"
+	"github.com/pgquic/pgquic/tcpfront"
+)
+
+// embeddedStartTimeout bounds initdb plus the first start of the throwaway
+// PostgreSQL used when no backend is configured.
+const embeddedStartTimeout = 2 * time.Minute
+
+// frontGraceExtra is how much longer the fronts wait for their handlers than
+// the pooler waits for open transactions: the pooler cuts sessions off at
+// the grace period, and the fronts then only need to see the handlers return.
+const frontGraceExtra = 5 * time.Second
+
+// server is a running `pgquic serve`: every component built from one
+// config.Config, listening and ready to serve.
+type server struct {
+	cfg    *config.Config
+	logger *slog.Logger
+	reg    *prometheus.Registry
+
+	cluster *pgtest.Cluster // throwaway PostgreSQL, nil when a backend is configured
+	manager *backend.Manager
+	pooler  *pooler.Pooler
+	tcp     *tcpfront.Server  // nil when disabled
+	quic    *quicfront.Server // nil when disabled
+	metrics *metricsServer    // nil when disabled
+}
+
+// startServer builds every component from cfg (which must be valid, with
+// defaults applied), opens all listeners and logs the one "ready" line. On
+// error everything built so far is torn down. ctx bounds the start only.
+func startServer(ctx context.Context, cfg *config.Config, logger *slog.Logger) (_ *server, err error) {
+	s := &server{cfg: cfg, logger: logger, reg: prometheus.NewRegistry()}
+	defer func() {
+		if err != nil {
+			s.closeBackends()
+		}
+	}()
+	s.reg.MustRegister(
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+	)
+
+	routes, err := s.routes(ctx)
+	if err != nil {
+		return nil, err
+	}
+	tlsConf, err := loadTLS(cfg)
+	if err != nil {
+		return nil, err
+	}
+	authn, err := newAuthenticator(cfg)
+	if err != nil {
+		return nil, err
+	}
+
+	s.manager, err = backend.NewManager(ctx, backend.ManagerConfig{
+		Routes: routes,
+		Defaults: backend.PoolConfig{
+			PoolSize:          cfg.PoolSize,
+			ConnectTimeout:    cfg.ServerConnectTimeout,
+			ServerLifetime:    cfg.ServerLifetime,
+			ServerIdleTimeout: cfg.ServerIdleTimeout,
+		},
+	}, logger.With("component", "backend"), s.reg)
+	if err != nil {
+		return nil, fmt.Errorf("backend: %w", err)
+	}
+	s.pooler, err = pooler.New(pooler.Config{
+		Mode:               pooler.Mode(cfg.Mode),
+		MaxClients:         cfg.MaxClientConn,
+		MaxMessageLen:      cfg.MaxMessageBytes,
+		StartupTimeout:     cfg.StartupTimeout,
+		AcquireTimeout:     cfg.AcquireTimeout,
+		StatementCacheSize: cfg.StatementCacheSize,
+		Auth:               authn,
+	}, s.manager, logger.With("component", "pooler"), s.reg)
+	if err != nil {
+		return nil, fmt.Errorf("pooler: %w", err)
+	}
+
+	if cfg.TCPListen != "" {
+		s.tcp, err = tcpfront.New(tcpfront.Config{
+			Addr:       cfg.TCPListen,
+			TLSConfig:  tlsConf,
+			RequireTLS: cfg.RequireTLS,
+			MaxConns:   cfg.MaxClientConn,
+		}, s.pooler, logger.With("component", "tcp"), s.reg)
+		if err != nil {
+			return nil, err
+		}
+	}
+	if cfg.QUICListen != "" {
+		var qtls *tls.Config
+		if tlsConf != nil {
+			qtls = tlsConf.Clone()
+		}
+		s.quic, err = quicfront.NewServer(quicfront.ServerConfig{
+			Addr:              cfg.QUICListen,
+			TLSConfig:         qtls,
+			ALPN:              cfg.ALPN,
+			MaxConns:          cfg.QUICMaxConns,
+			MaxStreamsPerConn: cfg.QUICMaxStreams,
+		}, s.pooler, logger.With("component", "quic"), s.reg)
+		if err != nil {
+			return nil, err
+		}
+	}
+	if cfg.MetricsListen != "" {
+		s.metrics = newMetricsServer(s.reg)
+	}
+
+	// Listen last, so a configuration error never leaves a half-open port.
+	if s.tcp != nil {
+		if err := s.tcp.Listen(); err != nil {
+			return nil, err
+		}
+	}
+	if s.quic != nil {
+		if err := s.quic.Listen(); err != nil {
+			s.closeListeners()
+			return nil, err
+		}
+	}
+	if s.metrics != nil {
+		if err := s.metrics.Listen(cfg.MetricsListen); err != nil {
+			s.closeListeners()
+			return nil, err
+		}
+	}
+	s.logReady()
+	return s, nil
+}
+
+// routes turns the configured databases and wildcard backend into backend
+// routes, starting a throwaway PostgreSQL when neither is configured.
+func (s *server) routes(ctx context.Context) ([]backend.Route, error) {
+	cfg := s.cfg
+	var routes []backend.Route
+	for _, d := range cfg.Databases {
+		routes = append(routes, backend.Route{
+			Database: d.Name,
+			User:     d.User,
+			PoolConfig: backend.PoolConfig{
+				ConnString: d.Backend,
+				PoolSize:   d.EffectivePoolSize(cfg),
+				MinPool:    d.EffectiveMinPool(cfg),
+			},
+		})
+	}
+	wildcard := cfg.Backend
+	if wildcard == "" && len(cfg.Databases) == 0 {
+		startCtx, cancel := context.WithTimeout(ctx, embeddedStartTimeout)
+		defer cancel()
+		s.logger.Info("no backend configured; starting a throwaway PostgreSQL")
+		c, err := pgtest.Start(startCtx, pgtest.Options{Logger: s.logger.With("component", "pgtest")})
+		if err != nil {
+			return nil, fmt.Errorf("start throwaway PostgreSQL (pass --backend to use your own): %w", err)
+		}
+		s.cluster = c
+		wildcard = c.SuperURL("postgres")
+		s.logger.Info("throwaway PostgreSQL running; it is deleted at exit", "url", wildcard, "data_dir", c.DataDir)
+	}
+	if wildcard != "" {
+		routes = append(routes, backend.Route{
+			Database: "*",
+			PoolConfig: backend.PoolConfig{
+				ConnString: wildcard,
+				PoolSize:   cfg.PoolSize,
+				MinPool:    cfg.MinPool,
+			},
+		})
+	}
+	return routes, nil
+}
+
+// loadTLS reads the certificate pair, or returns nil when none is
+// configured (TCP then answers SSLRequest with 'N' and QUIC generates its
+// own certificate).
+func loadTLS(cfg *config.Config) (*tls.Config, error) {
+	if cfg.TLSCert == "" {
+		return nil, nil
+	}
+	cert, err := tls.LoadX509KeyPair(cfg.TLSCert, cfg.TLSKey)
+	if err != nil {
+		return nil, fmt.Errorf("load TLS certificate: %w", err)
+	}
+	return &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}, nil
+}
+
+// newAuthenticator builds the client authenticator, reading the userlist
+// when the method needs one.
+func newAuthenticator(cfg *config.Config) (*auth.Authenticator, error) {
+	method, err := auth.ParseMethod(cfg.Auth.Method)
+	if err != nil {
+		return nil, err
+	}
+	ac := auth.Config{Method: method, TrustLoopbackOnly: cfg.Auth.TrustLoopbackOnly}
+	if cfg.Auth.File != "" {
+		if ac.Users, err = auth.LoadUserlist(cfg.Auth.File); err != nil {
+			return nil, fmt.Errorf("auth file: %w", err)
+		}
+	}
+	a, err := auth.New(ac)
+	if err != nil {
+		return nil, err
+	}
+	return a, nil
+}
+
+func (s *server) logReady() {
+	attrs := []any{"mode", s.cfg.Mode, "auth", s.cfg.Auth.Method}
+	if s.tcp != nil {
+		attrs = append(attrs, "tcp", s.tcp.Addr().String(), "tcp_tls", s.cfg.TLSCert != "")
+	} else {
+		attrs = append(attrs, "tcp", "disabled")
+	}
+	if s.quic != nil {
+		attrs = append(attrs, "quic", s.quic.Addr().String(), "alpn", s.cfg.ALPN)
+		if fp := s.quic.Fingerprint(); fp != "" {
+			attrs = append(attrs, "quic_fingerprint", fp)
+		}
+	} else {
+		attrs = append(attrs, "quic", "disabled")
+	}
+	if s.metrics != nil {
+		attrs = append(attrs, "metrics", "http://"+s.metrics.Addr().String()+"/metrics")
+	}
+	s.logger.Info("pgquic ready", attrs...)
+}
+
+// Run serves until ctx is done or a component fails, then shuts down:
+// the fronts stop accepting, the pooler drains (idle sessions close at once,
+// open transactions get cfg.ShutdownGrace to finish), the backend pools and
+// any throwaway PostgreSQL are closed. It returns nil after a shutdown
+// caused by ctx and the first component error otherwise.
+func (s *server) Run(ctx context.Context) error {
+	// serveCtx is never the signal context: quicfront cuts sessions hard
+	// when its Serve context ends, and draining must come first.
+	serveCtx, cancelServe := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelServe()
+	failed := make(chan error, 3)
+	stopping := make(chan struct{})
+
+	var g errgroup.Group
+	actor := func(name string, serve func() error) {
+		g.Go(func() error {
+			err := serve()
+			select {
+			case <-stopping:
+				return nil // an expected end during shutdown
+			default:
+			}
+			if err == nil {
+				err = errors.New("stopped unexpectedly")
+			}
+			err = fmt.Errorf("%s: %w", name, err)
+			failed <- err
+			return err
+		})
+	}
+	if s.tcp != nil {
+		actor("tcp front", func() error { return s.tcp.Serve(serveCtx) })
+	}
+	if s.quic != nil {
+		actor("quic front", func() error { return s.quic.Serve(serveCtx) })
+	}
+	if s.metrics != nil {
+		actor("metrics server", s.metrics.Serve)
+	}
+
+	var failure error
+	select {
+	case <-ctx.Done():
+		s.logger.Info("shutting down", "grace", s.cfg.ShutdownGrace)
+	case failure = <-failed:
+		s.logger.Error("shutting down after a failure", "err", failure)
+	}
+	close(stopping)
+	s.shutdown()
+	cancelServe()
+	_ = g.Wait() // failures after stopping began are expected and not reported
+	return failure
+}
+
+// shutdown drains and closes every component, within the grace period.
+func (s *server) shutdown() {
+	start := time.Now()
+	poolCtx, cancelPool := context.WithTimeout(context.Background(), s.cfg.ShutdownGrace)
+	defer cancelPool()
+	frontCtx, cancelFront := context.WithTimeout(context.Background(), s.cfg.ShutdownGrace+frontGraceExtra)
+	defer cancelFront()
+
+	var g errgroup.Group
+	if s.tcp != nil {
+		g.Go(func() error { return s.tcp.Shutdown(frontCtx) })
+	}
+	if s.quic != nil {
+		g.Go(func() error { return s.quic.Shutdown(frontCtx) })
+	}
+	g.Go(func() error { return s.pooler.Shutdown(poolCtx) })
+	if err := g.Wait(); err != nil {
+		s.logger.Warn("sessions cut off at the end of the grace period", "err", err)
+	}
+	if s.metrics != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		s.metrics.Shutdown(ctx)
+		cancel()
+	}
+	s.closeBackends()
+	s.logger.Info("shutdown complete", "took", time.Since(start).Round(time.Millisecond))
+}
+
+// closeListeners releases listeners opened by a start that then failed.
+func (s *server) closeListeners() {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel() // nothing is being served yet: close at once
+	if s.tcp != nil {
+		_ = s.tcp.Shutdown(ctx)
+	}
+	if s.quic != nil {
+		_ = s.quic.Shutdown(ctx)
+	}
+	if s.metrics != nil {
+		s.metrics.Shutdown(ctx)
+	}
+}
+
+// closeBackends closes the server pools and stops a throwaway PostgreSQL.
+func (s *server) closeBackends() {
+	if s.manager != nil {
+		s.manager.Close()
+		s.manager = nil
+	}
+	if s.cluster != nil {
+		if err := s.cluster.Stop(); err != nil {
+			s.logger.Warn("stopping throwaway PostgreSQL", "err", err)
+		}
+		s.cluster = nil
+	}
+}
+
+// metricsServer serves the Prometheus registry at /metrics.
+type metricsServer struct {
+	srv *http.Server
+	ln  net.Listener
+}
+
+func newMetricsServer(reg *prometheus.Registry) *metricsServer {
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/" {
+			http.NotFound(w, r)
+			return
+		}
+		fmt.Fprintln(w, "pgquic: metrics at /metrics")
+	})
+	return &metricsServer{srv: &http.Server{
+		Handler:           mux,
+		ReadHeaderTimeout: 10 * time.Second,
+	}}
+}
+
+// Listen binds addr.
+func (m *metricsServer) Listen(addr string) error {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("metrics: listen %s: %w", addr, err)
+	}
+	m.ln = ln
+	return nil
+}
+
+// Addr returns the bound address.
+func (m *metricsServer) Addr() net.Addr { return m.ln.Addr() }
+
+// Serve serves until Shutdown and then returns nil.
+func (m *metricsServer) Serve() error {
+	if err := m.srv.Serve(m.ln); !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}
+
+// Shutdown stops the HTTP server, closing the listener even if Serve never
+// ran.
+func (m *metricsServer) Shutdown(ctx context.Context) {
+	if err := m.srv.Shutdown(ctx); err != nil {
+		_ = m.srv.Close()
+	}
+	if m.ln != nil {
+		_ = m.ln.Close()
+	}
+}

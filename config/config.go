@@ -1,0 +1,436 @@
+// Package config reads the pgquic server's YAML configuration file.
+//
+// One Config struct holds everything `pgquic serve` can be told. Each field's
+// doc comment states its default. Loading follows three steps: decode
+// strictly (an unknown key is an error, so a typo never silently falls back
+// to a default), fill in defaults, then validate every field and report all
+// problems at once. The package knows nothing about the packages that consume
+// the values; cmd/pgquic translates a Config into their configurations.
+package config
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	"gopkg.in/yaml.v3"
+)
+
+// Default values. They are exported so that flag help texts and tests can
+// quote them instead of repeating literals.
+const (
+	DefaultTCPListen            = "127.0.0.1:6432"
+	DefaultQUICListen           = "127.0.0.1:6432"
+	DefaultMetricsListen        = "127.0.0.1:9187"
+	DefaultMode                 = "transaction"
+	DefaultPoolSize             = 20
+	DefaultMinPool              = 2
+	DefaultMaxClientConn        = 10000
+	DefaultALPN                 = "pgquic/1"
+	DefaultQUICMaxStreams       = 1000
+	DefaultAuthMethod           = "trust"
+	DefaultStartupTimeout       = 15 * time.Second
+	DefaultAcquireTimeout       = 30 * time.Second
+	DefaultServerLifetime       = time.Hour
+	DefaultServerIdleTimeout    = 10 * time.Minute
+	DefaultServerConnectTimeout = 5 * time.Second
+	DefaultStatementCacheSize   = 256
+	DefaultMaxMessageBytes      = 64 << 20
+	DefaultShutdownGrace        = 30 * time.Second
+	DefaultLogLevel             = "info"
+	DefaultLogFormat            = "text"
+)
+
+// Config is the whole pgquic server configuration. The zero value of a field
+// means its default, except where a field's comment says that empty or zero
+// is meaningful; those fields get their defaults from Default, which Parse
+// and Load start from, so a file that omits them keeps the default and a file
+// that sets them empty keeps that.
+type Config struct {
+	// TCPListen is the address of the plain TCP front (TLS via SSLRequest).
+	// Empty disables the TCP front. Default: "127.0.0.1:6432".
+	TCPListen string `yaml:"tcp_listen"`
+
+	// QUICListen is the UDP address of the QUIC front. Empty disables the
+	// QUIC front. It may share its port number with TCPListen, since one is
+	// TCP and the other UDP. Default: "127.0.0.1:6432".
+	QUICListen string `yaml:"quic_listen"`
+
+	// MetricsListen is the address of the HTTP server exposing Prometheus
+	// metrics at /metrics. Empty disables it. Default: "127.0.0.1:9187".
+	MetricsListen string `yaml:"metrics_listen"`
+
+	// Backend is a PostgreSQL URL used for every database and user that no
+	// entry in Databases matches: the client's database and user replace
+	// the URL's. Default: none; with neither Backend nor Databases set,
+	// `pgquic serve` starts a throwaway PostgreSQL for development.
+	Backend string `yaml:"backend"`
+
+	// Mode is the pooling mode, "transaction" or "session".
+	// Default: "transaction".
+	Mode string `yaml:"mode"`
+
+	// PoolSize bounds the server connections of each pool (one pool per
+	// database and user). Default: 20.
+	PoolSize int `yaml:"pool_size"`
+
+	// MinPool is the number of server connections each pool keeps open
+	// even when idle. Zero is meaningful (no warm connections).
+	// Default: 2.
+	MinPool int `yaml:"min_pool"`
+
+	// MaxClientConn bounds concurrent client sessions across both fronts;
+	// beyond it clients get SQLSTATE 53300. Default: 10000.
+	MaxClientConn int `yaml:"max_client_conn"`
+
+	// TLSCert and TLSKey are PEM files of the server certificate and its
+	// key, used by the TCP front (after SSLRequest) and the QUIC front. Set
+	// both or neither. Without them the TCP front answers SSLRequest with
+	// 'N' and the QUIC front generates a self-signed certificate at start
+	// and logs its SHA-256 fingerprint. Default: none.
+	TLSCert string `yaml:"tls_cert"`
+	TLSKey  string `yaml:"tls_key"`
+
+	// RequireTLS refuses TCP clients that do not switch to TLS
+	// (SQLSTATE 28000). QUIC is always encrypted. Needs TLSCert.
+	// Default: false.
+	RequireTLS bool `yaml:"require_tls"`
+
+	// ALPN is the protocol name negotiated on QUIC connections.
+	// Default: "pgquic/1".
+	ALPN string `yaml:"alpn"`
+
+	// QUICMaxConns bounds concurrent QUIC connections. Zero means the QUIC
+	// front's own default. Default: 0.
+	QUICMaxConns int `yaml:"quic_max_conns"`
+
+	// QUICMaxStreams bounds the concurrent streams (sessions) of one QUIC
+	// connection. Default: 1000.
+	QUICMaxStreams int `yaml:"quic_max_streams"`
+
+	// Auth selects how clients authenticate to the pooler.
+	Auth Auth `yaml:"auth"`
+
+	// StartupTimeout bounds a client's time from connecting to finishing
+	// authentication. Default: 15s.
+	StartupTimeout time.Duration `yaml:"startup_timeout"`
+
+	// AcquireTimeout bounds how long a client waits for a server connection
+	// from an exhausted pool before it gets SQLSTATE 53300. Default: 30s.
+	AcquireTimeout time.Duration `yaml:"acquire_timeout"`
+
+	// ServerLifetime is the age after which an idle server connection is
+	// closed and replaced. Default: 1h.
+	ServerLifetime time.Duration `yaml:"server_lifetime"`
+
+	// ServerIdleTimeout closes server connections idle this long, down to
+	// MinPool. Default: 10m.
+	ServerIdleTimeout time.Duration `yaml:"server_idle_timeout"`
+
+	// ServerConnectTimeout bounds dialling and authenticating one server
+	// connection. Default: 5s.
+	ServerConnectTimeout time.Duration `yaml:"server_connect_timeout"`
+
+	// StatementCacheSize bounds the prepared statements kept on each server
+	// connection in transaction mode. Default: 256.
+	StatementCacheSize int `yaml:"statement_cache_size"`
+
+	// MaxMessageBytes bounds one client protocol message; a larger one ends
+	// the session with SQLSTATE 08P01. Default: 67108864 (64 MiB).
+	MaxMessageBytes int `yaml:"max_message_bytes"`
+
+	// ShutdownGrace is how long a shutdown waits for clients inside a
+	// transaction to finish it before their connections are closed.
+	// Default: 30s.
+	ShutdownGrace time.Duration `yaml:"shutdown_grace"`
+
+	// LogLevel is "debug", "info", "warn" or "error". Default: "info".
+	LogLevel string `yaml:"log_level"`
+
+	// LogFormat is "text" or "json". Default: "text".
+	LogFormat string `yaml:"log_format"`
+
+	// Databases routes specific databases (and optionally users) to
+	// specific servers; they take precedence over Backend. Default: none.
+	Databases []Database `yaml:"databases"`
+}
+
+// Auth configures client authentication.
+type Auth struct {
+	// Method is "trust", "scram-sha-256", "md5" or "password".
+	// Default: "trust".
+	Method string `yaml:"method"`
+
+	// File is a PgBouncer-format userlist ("user" "secret" per line; the
+	// secret plain, "md5..." or "SCRAM-SHA-256$..."). Required by every
+	// method except trust. Default: none.
+	File string `yaml:"file"`
+
+	// TrustLoopbackOnly makes the trust method accept only clients on a
+	// loopback address. Default: false.
+	TrustLoopbackOnly bool `yaml:"trust_loopback_only"`
+}
+
+// Database routes one database (and optionally one user) to a server.
+type Database struct {
+	// Name is the database name clients ask for. Required.
+	Name string `yaml:"name"`
+
+	// User, when set, restricts the route to that client user; an entry
+	// without User serves every user of the database. Default: any user.
+	User string `yaml:"user"`
+
+	// Backend is the PostgreSQL URL of the server. The client's user is
+	// used when the URL names none. Required.
+	Backend string `yaml:"backend"`
+
+	// PoolSize overrides the top-level pool_size for this route.
+	// Default: the top-level value.
+	PoolSize int `yaml:"pool_size"`
+
+	// MinPool overrides the top-level min_pool for this route; a pointer
+	// because zero is a meaningful override. Default: the top-level value.
+	MinPool *int `yaml:"min_pool"`
+}
+
+// Default returns a Config with every default filled in, including the
+// listen addresses that ApplyDefaults leaves alone because empty means
+// disabled.
+func Default() *Config {
+	c := &Config{
+		TCPListen:     DefaultTCPListen,
+		QUICListen:    DefaultQUICListen,
+		MetricsListen: DefaultMetricsListen,
+		MinPool:       DefaultMinPool,
+	}
+	c.ApplyDefaults()
+	return c
+}
+
+// Load reads, defaults and validates the file at path.
+func Load(path string) (*Config, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("config: %w", err)
+	}
+	c, err := Parse(b)
+	if err != nil {
+		return nil, fmt.Errorf("config %s: %w", path, err)
+	}
+	return c, nil
+}
+
+// Parse decodes b over Default, fills remaining defaults and validates. An
+// unknown key is an error. An empty document yields Default.
+func Parse(b []byte) (*Config, error) {
+	c := Default()
+	dec := yaml.NewDecoder(bytes.NewReader(b))
+	dec.KnownFields(true)
+	if err := dec.Decode(c); err != nil && !errors.Is(err, io.EOF) {
+		return nil, fmt.Errorf("parse: %w", err)
+	}
+	var extra any
+	if err := dec.Decode(&extra); !errors.Is(err, io.EOF) {
+		return nil, errors.New("parse: more than one YAML document")
+	}
+	c.ApplyDefaults()
+	if err := c.Validate(); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// ApplyDefaults sets every field whose zero value means "default" to that
+// default. It leaves TCPListen, QUICListen, MetricsListen and MinPool alone:
+// for them the zero value is a valid choice (disabled, no warm connections),
+// and their defaults come from Default.
+func (c *Config) ApplyDefaults() {
+	setIf(&c.Mode, "", DefaultMode)
+	setIf(&c.PoolSize, 0, DefaultPoolSize)
+	setIf(&c.MaxClientConn, 0, DefaultMaxClientConn)
+	setIf(&c.ALPN, "", DefaultALPN)
+	setIf(&c.QUICMaxStreams, 0, DefaultQUICMaxStreams)
+	setIf(&c.Auth.Method, "", DefaultAuthMethod)
+	setIf(&c.StartupTimeout, 0, DefaultStartupTimeout)
+	setIf(&c.AcquireTimeout, 0, DefaultAcquireTimeout)
+	setIf(&c.ServerLifetime, 0, DefaultServerLifetime)
+	setIf(&c.ServerIdleTimeout, 0, DefaultServerIdleTimeout)
+	setIf(&c.ServerConnectTimeout, 0, DefaultServerConnectTimeout)
+	setIf(&c.StatementCacheSize, 0, DefaultStatementCacheSize)
+	setIf(&c.MaxMessageBytes, 0, DefaultMaxMessageBytes)
+	setIf(&c.ShutdownGrace, 0, DefaultShutdownGrace)
+	setIf(&c.LogLevel, "", DefaultLogLevel)
+	setIf(&c.LogFormat, "", DefaultLogFormat)
+}
+
+func setIf[T comparable](p *T, zero, def T) {
+	if *p == zero {
+		*p = def
+	}
+}
+
+// minMessageBytes is the smallest useful message bound: PostgreSQL's
+// startup packet alone may be up to 10000 bytes.
+const minMessageBytes = 16 << 10
+
+// Validate checks every field and returns all problems joined, each naming
+// its YAML key. Call it after ApplyDefaults.
+func (c *Config) Validate() error {
+	var errs []error
+	bad := func(format string, args ...any) {
+		errs = append(errs, fmt.Errorf(format, args...))
+	}
+
+	for _, l := range []struct{ key, addr string }{
+		{"tcp_listen", c.TCPListen}, {"quic_listen", c.QUICListen}, {"metrics_listen", c.MetricsListen},
+	} {
+		if l.addr == "" {
+			continue
+		}
+		if _, _, err := net.SplitHostPort(l.addr); err != nil {
+			bad("%s: invalid address %q: %v", l.key, l.addr, err)
+		}
+	}
+	if c.TCPListen == "" && c.QUICListen == "" {
+		bad("tcp_listen and quic_listen are both empty: no front would accept clients")
+	}
+	if c.Backend != "" {
+		if err := checkURL(c.Backend); err != nil {
+			bad("backend: %v", err)
+		}
+	}
+	if c.Mode != "transaction" && c.Mode != "session" {
+		bad("mode: %q is not transaction or session", c.Mode)
+	}
+	if c.PoolSize < 1 {
+		bad("pool_size: %d must be at least 1", c.PoolSize)
+	}
+	if c.MinPool < 0 {
+		bad("min_pool: %d must not be negative", c.MinPool)
+	} else if c.PoolSize >= 1 && c.MinPool > c.PoolSize {
+		bad("min_pool: %d exceeds pool_size %d", c.MinPool, c.PoolSize)
+	}
+	if c.MaxClientConn < 1 {
+		bad("max_client_conn: %d must be at least 1", c.MaxClientConn)
+	}
+	if (c.TLSCert == "") != (c.TLSKey == "") {
+		bad("tls_cert and tls_key: set both or neither")
+	}
+	if c.RequireTLS && c.TLSCert == "" {
+		bad("require_tls: needs tls_cert and tls_key")
+	}
+	if strings.TrimSpace(c.ALPN) == "" || len(c.ALPN) > 255 {
+		bad("alpn: %q must be 1 to 255 non-blank bytes", c.ALPN)
+	}
+	if c.QUICMaxConns < 0 {
+		bad("quic_max_conns: %d must not be negative", c.QUICMaxConns)
+	}
+	if c.QUICMaxStreams < 1 {
+		bad("quic_max_streams: %d must be at least 1", c.QUICMaxStreams)
+	}
+	switch c.Auth.Method {
+	case "trust":
+	case "scram-sha-256", "md5", "password":
+		if c.Auth.File == "" {
+			bad("auth.file: required by auth method %q", c.Auth.Method)
+		}
+	default:
+		bad("auth.method: %q is not trust, scram-sha-256, md5 or password", c.Auth.Method)
+	}
+	for _, d := range []struct {
+		key string
+		v   time.Duration
+	}{
+		{"startup_timeout", c.StartupTimeout},
+		{"acquire_timeout", c.AcquireTimeout},
+		{"server_lifetime", c.ServerLifetime},
+		{"server_idle_timeout", c.ServerIdleTimeout},
+		{"server_connect_timeout", c.ServerConnectTimeout},
+		{"shutdown_grace", c.ShutdownGrace},
+	} {
+		if d.v < 0 {
+			bad("%s: %v must not be negative", d.key, d.v)
+		}
+	}
+	if c.StatementCacheSize < 0 {
+		bad("statement_cache_size: %d must not be negative", c.StatementCacheSize)
+	}
+	if c.MaxMessageBytes < minMessageBytes {
+		bad("max_message_bytes: %d is below the minimum %d", c.MaxMessageBytes, minMessageBytes)
+	}
+	if !slices.Contains([]string{"debug", "info", "warn", "error"}, c.LogLevel) {
+		bad("log_level: %q is not debug, info, warn or error", c.LogLevel)
+	}
+	if c.LogFormat != "text" && c.LogFormat != "json" {
+		bad("log_format: %q is not text or json", c.LogFormat)
+	}
+
+	type routeKey struct{ name, user string }
+	seen := make(map[routeKey]bool)
+	for i, d := range c.Databases {
+		at := fmt.Sprintf("databases[%d]", i)
+		switch d.Name {
+		case "":
+			bad("%s.name: required", at)
+		case "*":
+			bad("%s.name: \"*\" is not allowed; use the top-level backend for the wildcard route", at)
+		}
+		k := routeKey{d.Name, d.User}
+		if d.Name != "" && seen[k] {
+			bad("%s: duplicate route for database %q user %q", at, d.Name, d.User)
+		}
+		seen[k] = true
+		if d.Backend == "" {
+			bad("%s.backend: required", at)
+		} else if err := checkURL(d.Backend); err != nil {
+			bad("%s.backend: %v", at, err)
+		}
+		if d.PoolSize < 0 {
+			bad("%s.pool_size: %d must not be negative", at, d.PoolSize)
+		}
+		if d.MinPool != nil && *d.MinPool < 0 {
+			bad("%s.min_pool: %d must not be negative", at, *d.MinPool)
+		}
+		if d.MinPool != nil && *d.MinPool > d.EffectivePoolSize(c) && d.EffectivePoolSize(c) >= 1 {
+			bad("%s.min_pool: %d exceeds the route's pool size %d", at, *d.MinPool, d.EffectivePoolSize(c))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// EffectivePoolSize returns the route's pool size: its own, or the
+// top-level one when it sets none.
+func (d Database) EffectivePoolSize(c *Config) int {
+	if d.PoolSize > 0 {
+		return d.PoolSize
+	}
+	return c.PoolSize
+}
+
+// EffectiveMinPool returns the route's minimum pool: its own, or the
+// top-level one when it sets none.
+func (d Database) EffectiveMinPool(c *Config) int {
+	if d.MinPool != nil {
+		return *d.MinPool
+	}
+	return min(c.MinPool, d.EffectivePoolSize(c))
+}
+
+// checkURL reports whether s is a connection string pgx can use, without
+// echoing the string (it may hold a password).
+func checkURL(s string) error {
+	if !strings.HasPrefix(s, "postgres://") && !strings.HasPrefix(s, "postgresql://") {
+		return errors.New("must be a postgres:// or postgresql:// URL")
+	}
+	if _, err := pgconn.ParseConfig(s); err != nil {
+		return fmt.Errorf("invalid PostgreSQL URL: %w", err)
+	}
+	return nil
+}

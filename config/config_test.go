@@ -1,0 +1,186 @@
+package config
+
+import (
+	"errors"
+	"io/fs"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+)
+
+func intp(v int) *int { return &v }
+
+// TestGoodFiles loads each testdata/*.good.yml and compares with the
+// expected Config.
+func TestGoodFiles(t *testing.T) {
+	want := map[string]*Config{
+		"empty.good.yml": Default(),
+		"quic-only.good.yml": func() *Config {
+			c := Default()
+			c.TCPListen = ""
+			c.MetricsListen = ""
+			c.Backend = "postgres://postgres@127.0.0.1:5432/postgres"
+			return c
+		}(),
+		"full.good.yml": {
+			TCPListen:            "0.0.0.0:7432",
+			QUICListen:           "[::1]:7433",
+			MetricsListen:        "127.0.0.1:9999",
+			Backend:              "postgres://app:secret@127.0.0.1:5432/postgres?sslmode=disable",
+			Mode:                 "session",
+			PoolSize:             50,
+			MinPool:              5,
+			MaxClientConn:        2000,
+			TLSCert:              "/etc/pgquic/server.crt",
+			TLSKey:               "/etc/pgquic/server.key",
+			RequireTLS:           true,
+			ALPN:                 "pgquic/test",
+			QUICMaxConns:         300,
+			QUICMaxStreams:       200,
+			Auth:                 Auth{Method: "scram-sha-256", File: "/etc/pgquic/userlist.txt", TrustLoopbackOnly: true},
+			StartupTimeout:       5 * time.Second,
+			AcquireTimeout:       time.Minute,
+			ServerLifetime:       2 * time.Hour,
+			ServerIdleTimeout:    90 * time.Second,
+			ServerConnectTimeout: 2 * time.Second,
+			StatementCacheSize:   512,
+			MaxMessageBytes:      1 << 20,
+			ShutdownGrace:        10 * time.Second,
+			LogLevel:             "debug",
+			LogFormat:            "json",
+			Databases: []Database{
+				{Name: "orders", Backend: "postgres://orders@10.0.0.5:5432/orders", PoolSize: 10, MinPool: intp(0)},
+				{Name: "orders", User: "reporting", Backend: "postgresql://reporting@10.0.0.6/orders"},
+			},
+		},
+	}
+	files, err := filepath.Glob("testdata/*.good.yml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(files) != len(want) {
+		t.Errorf("found %d good files, table has %d", len(files), len(want))
+	}
+	for _, f := range files {
+		t.Run(filepath.Base(f), func(t *testing.T) {
+			got, err := Load(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			w, ok := want[filepath.Base(f)]
+			if !ok {
+				t.Fatal("no expectation for this file")
+			}
+			if !reflect.DeepEqual(got, w) {
+				t.Errorf("got  %+v\nwant %+v", got, w)
+			}
+		})
+	}
+}
+
+// TestBadFiles loads each testdata/*.bad.yml and checks that the error
+// contains every expected substring.
+func TestBadFiles(t *testing.T) {
+	want := map[string][]string{
+		"unknown-key.bad.yml":         {"field pool_sise not found"},
+		"db-unknown-key.bad.yml":      {"field pol_size not found"},
+		"bad-duration.bad.yml":        {"cannot unmarshal !!int `30` into time.Duration"},
+		"bad-duration-string.bad.yml": {"cannot unmarshal !!str `30 seconds` into time.Duration"},
+		"wrong-type.bad.yml":          {"cannot unmarshal !!str `twenty` into int"},
+		"bad-mode.bad.yml":            {`mode: "statement" is not transaction or session`},
+		"bad-pool.bad.yml":            {"min_pool: 5 exceeds pool_size 4"},
+		"tls-half.bad.yml":            {"tls_cert and tls_key: set both or neither"},
+		"require-tls.bad.yml":         {"require_tls: needs tls_cert and tls_key"},
+		"auth-file.bad.yml":           {`auth.file: required by auth method "scram-sha-256"`},
+		"auth-method.bad.yml":         {`auth.method: "cert" is not trust`},
+		"no-fronts.bad.yml":           {"tcp_listen and quic_listen are both empty"},
+		"bad-listen.bad.yml":          {`tcp_listen: invalid address "6432"`},
+		"bad-backend.bad.yml":         {"backend: must be a postgres:// or postgresql:// URL"},
+		"two-docs.bad.yml":            {"more than one YAML document"},
+		"databases.bad.yml": {
+			"databases[0].name: required",
+			`databases[1].name: "*" is not allowed`,
+			"databases[2].backend: required",
+			`databases[4]: duplicate route for database "dup" user ""`,
+			"databases[5].min_pool: 3 exceeds the route's pool size 2",
+		},
+		"many.bad.yml": {
+			`mode: "nope"`,
+			`log_level: "verbose"`,
+			`log_format: "xml"`,
+			"max_message_bytes: 100 is below the minimum",
+			"quic_max_streams: -1 must be at least 1",
+		},
+	}
+	files, err := filepath.Glob("testdata/*.bad.yml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(files) != len(want) {
+		t.Errorf("found %d bad files, table has %d", len(files), len(want))
+	}
+	for _, f := range files {
+		t.Run(filepath.Base(f), func(t *testing.T) {
+			subs, ok := want[filepath.Base(f)]
+			if !ok {
+				t.Fatal("no expectation for this file")
+			}
+			_, err := Load(f)
+			if err == nil {
+				t.Fatal("Load succeeded")
+			}
+			for _, s := range subs {
+				if !strings.Contains(err.Error(), s) {
+					t.Errorf("error %q\nlacks %q", err, s)
+				}
+			}
+		})
+	}
+}
+
+func TestLoadMissingFile(t *testing.T) {
+	_, err := Load(filepath.Join(t.TempDir(), "nope.yml"))
+	if !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("Load of a missing file: %v, want a not-exist error", err)
+	}
+}
+
+func TestApplyDefaultsKeepsMeaningfulZeros(t *testing.T) {
+	var c Config
+	c.ApplyDefaults()
+	if c.TCPListen != "" || c.QUICListen != "" || c.MetricsListen != "" || c.MinPool != 0 {
+		t.Errorf("ApplyDefaults changed a meaningful zero: %+v", c)
+	}
+	if c.PoolSize != DefaultPoolSize || c.AcquireTimeout != DefaultAcquireTimeout || c.Auth.Method != DefaultAuthMethod {
+		t.Errorf("ApplyDefaults did not fill defaults: %+v", c)
+	}
+}
+
+func TestEffectivePool(t *testing.T) {
+	c := Default()
+	tests := []struct {
+		d             Database
+		size, minimum int
+	}{
+		{Database{}, DefaultPoolSize, DefaultMinPool},
+		{Database{PoolSize: 1}, 1, 1},
+		{Database{PoolSize: 8, MinPool: intp(0)}, 8, 0},
+		{Database{MinPool: intp(7)}, DefaultPoolSize, 7},
+	}
+	for _, tt := range tests {
+		if got := tt.d.EffectivePoolSize(c); got != tt.size {
+			t.Errorf("%+v: pool size %d, want %d", tt.d, got, tt.size)
+		}
+		if got := tt.d.EffectiveMinPool(c); got != tt.minimum {
+			t.Errorf("%+v: min pool %d, want %d", tt.d, got, tt.minimum)
+		}
+	}
+}
+
+func TestValidateDefault(t *testing.T) {
+	if err := Default().Validate(); err != nil {
+		t.Fatal(err)
+	}
+}

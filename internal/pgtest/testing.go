@@ -1,0 +1,41 @@
+package pgtest
+
+import (
+	"context"
+	"errors"
+	"os"
+	"testing"
+	"time"
+)
+
+// startTimeout bounds New's start-up, generous for a small, noisy machine
+// running several test binaries at once.
+const startTimeout = 3 * time.Minute
+
+// New starts a cluster for a test and stops it in t.Cleanup. Without
+// PostgreSQL binaries the test is skipped, except under CI (env CI=true),
+// where a missing PostgreSQL is a failure rather than a silent skip.
+func New(t testing.TB, opts Options) *Cluster {
+	t.Helper()
+	if _, err := Binaries(); err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("pgtest: PostgreSQL is required under CI: %v", err)
+		}
+		t.Skipf("pgtest: skipping, PostgreSQL not installed: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
+	defer cancel()
+	c, err := Start(ctx, opts)
+	if err != nil {
+		if errors.Is(err, ErrNoBinaries) && os.Getenv("CI") != "true" {
+			t.Skipf("pgtest: skipping: %v", err)
+		}
+		t.Fatalf("pgtest: start PostgreSQL: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := c.Stop(); err != nil {
+			t.Errorf("pgtest: stop PostgreSQL: %v", err)
+		}
+	})
+	return c
+}

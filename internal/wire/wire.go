@@ -1,0 +1,220 @@
+// Package wire frames PostgreSQL protocol messages without decoding them.
+//
+// The pooler forwards almost every message untouched, so this package only
+// peeks at a message's type and length and then either exposes the body as a
+// slice of the read buffer (valid until the next read) or copies the whole
+// frame to a writer. Nothing here allocates per message for messages that fit
+// in the read buffer, which is what keeps DataRow forwarding allocation-free.
+//
+// Framing rules come from the PostgreSQL documentation, "Message Formats"
+// (https://www.postgresql.org/docs/current/protocol-message-formats.html):
+// every message after startup is a one-byte type, a four-byte big-endian length
+// that counts itself but not the type byte, then the body.
+package wire
+
+import (
+	"bufio"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+)
+
+// HeaderLen is the size of a regular message header: type byte plus length.
+const HeaderLen = 5
+
+// DefaultMaxMessageLen bounds a single message when the caller sets no limit.
+// PostgreSQL itself refuses most messages above 1 GB; a pooler facing untrusted
+// clients wants a much smaller bound so one client cannot exhaust memory.
+const DefaultMaxMessageLen = 64 << 20
+
+// MaxStartupLen is the largest startup packet accepted, the same cap
+// PostgreSQL applies (MAX_STARTUP_PACKET_LENGTH in src/include/libpq/pqcomm.h).
+const MaxStartupLen = 10000
+
+// ErrMessageTooLarge reports a length field above the configured maximum.
+var ErrMessageTooLarge = errors.New("message length exceeds limit")
+
+// ErrBadLength reports a length field below 4, which no valid message has.
+var ErrBadLength = errors.New("invalid message length")
+
+// Reader reads framed messages from a buffered stream. A Reader is owned by a
+// single goroutine.
+type Reader struct {
+	br      *bufio.Reader
+	max     int
+	typ     byte
+	bodyLen int
+	pending bool // a header was returned by Next and its frame not yet consumed
+	scratch []byte
+}
+
+// NewReader wraps r with a buffer of size bytes. maxLen bounds the body length
+// of any message; zero means DefaultMaxMessageLen.
+func NewReader(r io.Reader, size, maxLen int) *Reader {
+	if maxLen <= 0 {
+		maxLen = DefaultMaxMessageLen
+	}
+	return &Reader{br: bufio.NewReaderSize(r, size), max: maxLen}
+}
+
+// Reset points the Reader at a new source, keeping its buffer. It lets a
+// session swap a plain stream for a TLS one after an SSLRequest.
+func (r *Reader) Reset(src io.Reader) {
+	r.br.Reset(src)
+	r.pending = false
+}
+
+// Buffered returns how many bytes can be read without blocking. Forwarders
+// flush their writer when it reaches zero, batching responses without adding
+// latency.
+func (r *Reader) Buffered() int { return r.br.Buffered() }
+
+// Next reads the next message header and returns its type and body length.
+// Any unconsumed part of the previous message is skipped first.
+func (r *Reader) Next() (typ byte, bodyLen int, err error) {
+	if r.pending {
+		if err := r.Skip(); err != nil {
+			return 0, 0, err
+		}
+	}
+	hdr, err := r.br.Peek(HeaderLen)
+	if err != nil {
+		if errors.Is(err, io.EOF) && len(hdr) > 0 {
+			err = io.ErrUnexpectedEOF
+		}
+		return 0, 0, err
+	}
+	n := int(binary.BigEndian.Uint32(hdr[1:]))
+	if n < 4 {
+		return 0, 0, fmt.Errorf("message type %q length %d: %w", hdr[0], n, ErrBadLength)
+	}
+	if n-4 > r.max {
+		return 0, 0, fmt.Errorf("message type %q length %d (limit %d): %w", hdr[0], n, r.max, ErrMessageTooLarge)
+	}
+	r.typ, r.bodyLen, r.pending = hdr[0], n-4, true
+	return r.typ, r.bodyLen, nil
+}
+
+// Body returns the body of the message announced by Next. The slice aliases
+// the read buffer (or a scratch buffer for large messages) and is valid only
+// until the next call on the Reader; copy what must be kept.
+func (r *Reader) Body() ([]byte, error) {
+	if !r.pending {
+		return nil, errors.New("wire: Body without Next")
+	}
+	r.pending = false
+	total := HeaderLen + r.bodyLen
+	if total <= r.br.Size() {
+		frame, err := r.br.Peek(total)
+		if err != nil {
+			return nil, noEOF(err)
+		}
+		_, _ = r.br.Discard(total)
+		return frame[HeaderLen:], nil
+	}
+	if _, err := r.br.Discard(HeaderLen); err != nil {
+		return nil, noEOF(err)
+	}
+	if cap(r.scratch) < r.bodyLen {
+		r.scratch = make([]byte, r.bodyLen)
+	}
+	buf := r.scratch[:r.bodyLen]
+	if _, err := io.ReadFull(r.br, buf); err != nil {
+		return nil, noEOF(err)
+	}
+	if cap(r.scratch) > 1<<20 {
+		r.scratch = nil // do not pin a huge buffer after a one-off large message
+	}
+	return buf, nil
+}
+
+// Forward copies the whole frame announced by Next (header and body) to w
+// without decoding it.
+func (r *Reader) Forward(w *bufio.Writer) error {
+	if !r.pending {
+		return errors.New("wire: Forward without Next")
+	}
+	r.pending = false
+	total := HeaderLen + r.bodyLen
+	if total <= r.br.Size() {
+		frame, err := r.br.Peek(total)
+		if err != nil {
+			return noEOF(err)
+		}
+		if _, err := w.Write(frame); err != nil {
+			return err
+		}
+		_, _ = r.br.Discard(total)
+		return nil
+	}
+	if _, err := io.CopyN(w, r.br, int64(total)); err != nil {
+		return noEOF(err)
+	}
+	return nil
+}
+
+// Skip discards the message announced by Next.
+func (r *Reader) Skip() error {
+	if !r.pending {
+		return nil
+	}
+	r.pending = false
+	_, err := r.br.Discard(HeaderLen + r.bodyLen)
+	return noEOF(err)
+}
+
+// ReadStartup reads one untyped startup-phase packet (StartupMessage,
+// SSLRequest, GSSENCRequest or CancelRequest) and returns its body, the bytes
+// after the length word. The slice is valid until the next call.
+func (r *Reader) ReadStartup() ([]byte, error) {
+	hdr, err := r.br.Peek(4)
+	if err != nil {
+		if errors.Is(err, io.EOF) && len(hdr) > 0 {
+			err = io.ErrUnexpectedEOF
+		}
+		return nil, err
+	}
+	n := int(binary.BigEndian.Uint32(hdr))
+	if n < 8 {
+		return nil, fmt.Errorf("startup packet length %d: %w", n, ErrBadLength)
+	}
+	if n > MaxStartupLen {
+		return nil, fmt.Errorf("startup packet length %d (limit %d): %w", n, MaxStartupLen, ErrMessageTooLarge)
+	}
+	if _, err := r.br.Discard(4); err != nil {
+		return nil, noEOF(err)
+	}
+	if cap(r.scratch) < n-4 {
+		r.scratch = make([]byte, n-4)
+	}
+	buf := r.scratch[:n-4]
+	if _, err := io.ReadFull(r.br, buf); err != nil {
+		return nil, noEOF(err)
+	}
+	return buf, nil
+}
+
+func noEOF(err error) error {
+	if errors.Is(err, io.EOF) {
+		return io.ErrUnexpectedEOF
+	}
+	return err
+}
+
+// AppendHeader appends a message header for a body of bodyLen bytes.
+func AppendHeader(dst []byte, typ byte, bodyLen int) []byte {
+	dst = append(dst, typ)
+	return binary.BigEndian.AppendUint32(dst, uint32(bodyLen+4))
+}
+
+// CString returns the NUL-terminated string at the start of b and the rest of
+// b after the terminator.
+func CString(b []byte) (s []byte, rest []byte, ok bool) {
+	for i, c := range b {
+		if c == 0 {
+			return b[:i], b[i+1:], true
+		}
+	}
+	return nil, nil, false
+}

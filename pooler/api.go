@@ -1,0 +1,38 @@
+package pooler
+
+import (
+	"context"
+	"net"
+
+	"github.com/jackc/pgx/v5/pgproto3"
+
+	"github.com/pgquic/pgquic/backend"
+)
+
+// PoolSource finds the server pool for a client's database and user. The
+// backend package's Manager implements it; tests may supply their own.
+type PoolSource interface {
+	// Pool returns the pool serving database and user, or an error wrapping
+	// backend.ErrNoRoute when no route matches.
+	Pool(ctx context.Context, database, user string) (*backend.Pool, error)
+}
+
+// Authenticator verifies a client's identity during startup. The pooler
+// calls it after reading the StartupMessage and before sending
+// AuthenticationOk.
+type Authenticator interface {
+	// Authenticate runs the exchange for user over ex. It returns an error
+	// wrapping ErrAuthFailed when the credentials are wrong.
+	Authenticate(ctx context.Context, ex AuthExchange, user string, peer net.Addr) error
+}
+
+// AuthExchange is the part of a session an Authenticator may use: send
+// authentication requests and read the client's password-type ('p') replies.
+type AuthExchange interface {
+	// Send writes and flushes the messages.
+	Send(msgs ...pgproto3.BackendMessage) error
+	// ReceivePassword reads the next client message, which must be of type
+	// 'p' (PasswordMessage, SASLInitialResponse or SASLResponse), and returns
+	// its body. The slice is valid until the next call.
+	ReceivePassword(ctx context.Context) ([]byte, error)
+}

@@ -1,0 +1,109 @@
+package pooler
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Mode selects how long a client keeps a server connection.
+type Mode string
+
+const (
+	// ModeTransaction holds a server connection from the first message of a
+	// transaction until ReadyForQuery reports idle. It is the default because
+	// it lets many clients share few server connections.
+	ModeTransaction Mode = "transaction"
+	// ModeSession holds one server connection for the client's whole session,
+	// for applications that rely on session state (SET, advisory locks,
+	// LISTEN, SQL-level PREPARE).
+	ModeSession Mode = "session"
+)
+
+// Config tunes the pooling state machine. The zero value of every field means
+// its documented default; call Validate (New does) before use.
+type Config struct {
+	// Mode is the pooling mode. Default: ModeTransaction.
+	Mode Mode
+
+	// MaxClients bounds concurrent client sessions across all fronts; the next
+	// client is refused with SQLSTATE 53300. Default: 10000.
+	MaxClients int
+
+	// MaxMessageLen bounds one client message body in bytes; a longer message
+	// ends the session with SQLSTATE 08P01. Default: 64 MiB.
+	MaxMessageLen int
+
+	// StartupTimeout bounds the time from the first byte of a session to the
+	// end of authentication (PostgreSQL's authentication_timeout). A client
+	// that sends nothing is closed when it expires. Default: 15s.
+	StartupTimeout time.Duration
+
+	// AcquireTimeout bounds how long a client waits for a server connection
+	// when the pool is exhausted (PgBouncer's query_wait_timeout). The client
+	// then gets SQLSTATE 53300 saying so. Default: 30s.
+	AcquireTimeout time.Duration
+
+	// StatementCacheSize bounds the prepared statements the pooler keeps on
+	// each server connection in transaction mode; the least recently used
+	// one is closed beyond it (PgBouncer's max_prepared_statements).
+	// Default: 256.
+	StatementCacheSize int
+
+	// ClientStatementLimit bounds the named prepared statements one client may
+	// hold in transaction mode, so one client cannot grow pooler memory
+	// without bound. Exceeding it fails the Parse with SQLSTATE 53400.
+	// Default: 10000.
+	ClientStatementLimit int
+
+	// ResetQuery runs on a server connection before it goes back to the pool
+	// after a session-mode client leaves. Default: "DISCARD ALL".
+	ResetQuery string
+
+	// Auth authenticates clients. Default: trust every client, which is only
+	// suitable for loopback development.
+	Auth Authenticator
+
+	// ServerVersion, when set, is reported to clients in place of the
+	// server's own server_version parameter. Default: the server's value.
+	ServerVersion string
+}
+
+// Validate checks the configuration and fills in defaults.
+func (c *Config) Validate() error {
+	switch c.Mode {
+	case "":
+		c.Mode = ModeTransaction
+	case ModeTransaction, ModeSession:
+	default:
+		return fmt.Errorf("pooler: unknown mode %q (want transaction or session)", c.Mode)
+	}
+	if c.MaxClients < 0 || c.MaxMessageLen < 0 || c.StatementCacheSize < 0 || c.ClientStatementLimit < 0 {
+		return errors.New("pooler: limits must not be negative")
+	}
+	if c.StartupTimeout < 0 || c.AcquireTimeout < 0 {
+		return errors.New("pooler: timeouts must not be negative")
+	}
+	if c.MaxClients == 0 {
+		c.MaxClients = 10000
+	}
+	if c.MaxMessageLen == 0 {
+		c.MaxMessageLen = 64 << 20
+	}
+	if c.StartupTimeout == 0 {
+		c.StartupTimeout = 15 * time.Second
+	}
+	if c.AcquireTimeout == 0 {
+		c.AcquireTimeout = 30 * time.Second
+	}
+	if c.StatementCacheSize == 0 {
+		c.StatementCacheSize = 256
+	}
+	if c.ClientStatementLimit == 0 {
+		c.ClientStatementLimit = 10000
+	}
+	if c.ResetQuery == "" {
+		c.ResetQuery = "DISCARD ALL"
+	}
+	return nil
+}

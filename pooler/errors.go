@@ -1,0 +1,87 @@
+package pooler
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5/pgproto3"
+)
+
+// ErrAuthFailed reports wrong or missing credentials. Sessions that fail with
+// it get SQLSTATE 28P01, as PostgreSQL sends for a bad password.
+var ErrAuthFailed = errors.New("authentication failed")
+
+// ErrShuttingDown reports that the pooler is draining and takes no new
+// transactions. Clients get SQLSTATE 57P01 (admin_shutdown).
+var ErrShuttingDown = errors.New("pooler is shutting down")
+
+// ErrServerLost reports that the server connection serving a client broke
+// mid-transaction. The client gets SQLSTATE 08006 unless the server already
+// told it why (57P01 after pg_terminate_backend, for instance).
+var ErrServerLost = errors.New("server connection lost")
+
+// SQLSTATE codes the pooler sends itself. See PostgreSQL's "Appendix A.
+// PostgreSQL Error Codes".
+const (
+	codeProtocolViolation    = "08P01"
+	codeConnectionFailure    = "08006"
+	codeTooManyConnections   = "53300"
+	codeOutOfMemory          = "53200"
+	codeProgramLimitExceeded = "54000"
+	codeInvalidPassword      = "28P01"
+	codeInvalidAuthSpec      = "28000"
+	codeInvalidCatalogName   = "3D000"
+	codeAdminShutdown        = "57P01"
+	codeDuplicatePStatement  = "42P05"
+	codeFeatureNotSupported  = "0A000"
+	codeInsufficientResource = "53400"
+)
+
+// PGError is an error destined for the client as an ErrorResponse. It wraps
+// the cause so callers can still match it with errors.Is.
+type PGError struct {
+	Severity string // ERROR or FATAL
+	Code     string // SQLSTATE
+	Message  string
+	Detail   string
+	Hint     string
+	Err      error // cause, may be nil
+}
+
+func (e *PGError) Error() string {
+	if e.Err != nil {
+		return fmt.Sprintf("%s %s: %s: %v", e.Severity, e.Code, e.Message, e.Err)
+	}
+	return fmt.Sprintf("%s %s: %s", e.Severity, e.Code, e.Message)
+}
+
+// Unwrap returns the cause.
+func (e *PGError) Unwrap() error { return e.Err }
+
+func (e *PGError) response() *pgproto3.ErrorResponse {
+	return &pgproto3.ErrorResponse{
+		Severity:            e.Severity,
+		SeverityUnlocalized: e.Severity,
+		Code:                e.Code,
+		Message:             e.Message,
+		Detail:              e.Detail,
+		Hint:                e.Hint,
+	}
+}
+
+// encode appends the ErrorResponse frame to dst.
+func (e *PGError) encode(dst []byte) []byte {
+	out, err := e.response().Encode(dst)
+	if err != nil { // only on absurd field sizes; fall back to a bare message
+		out, _ = (&pgproto3.ErrorResponse{Severity: e.Severity, Code: e.Code, Message: "error"}).Encode(dst)
+	}
+	return out
+}
+
+func fatal(code, msg string, cause error) *PGError {
+	return &PGError{Severity: "FATAL", Code: code, Message: msg, Err: cause}
+}
+
+func pgerr(code, msg string, cause error) *PGError {
+	return &PGError{Severity: "ERROR", Code: code, Message: msg, Err: cause}
+}

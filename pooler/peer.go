@@ -1,0 +1,34 @@
+package pooler
+
+import (
+	"context"
+	"io"
+	"net"
+)
+
+// Peer describes the client end of a session as the front end that accepted
+// it knows it. The pooler never learns which transport carries the bytes; it
+// only needs the facts below to decide about TLS, authentication and logging.
+type Peer struct {
+	// Addr is the client's address, used for logs and to recognise loopback
+	// clients for trust authentication. It may be nil.
+	Addr net.Addr
+
+	// Transport names the front end ("tcp", "quic") in logs and metrics.
+	Transport string
+
+	// Secure reports that the transport is already encrypted (a QUIC stream,
+	// or a TCP connection after TLS). An SSLRequest on a secure transport is
+	// answered 'N' and the session continues in the clear inside it.
+	Secure bool
+
+	// StartTLS, when non-nil, is called after the pooler answered 'S' to an
+	// SSLRequest. It performs the TLS handshake on the underlying connection
+	// and returns the encrypted stream that replaces the session's one. When
+	// nil, SSLRequest is answered 'N'.
+	StartTLS func(ctx context.Context) (io.ReadWriteCloser, error)
+
+	// RequireTLS makes the pooler refuse a StartupMessage that arrives
+	// without TLS on a transport that is not Secure (SQLSTATE 28000).
+	RequireTLS bool
+}

@@ -1,0 +1,205 @@
+// Package pooler is pgquic's pooling state machine, shared by every front end.
+//
+// A front end (TCP, QUIC, anything that yields an io.ReadWriteCloser) hands
+// each client session to Pooler.Serve. The session starts with a PostgreSQL
+// startup packet; the pooler authenticates the client itself, then lends it a
+// server connection from package backend: for the length of one transaction
+// in transaction mode (the default), or for the whole session in session mode.
+// Messages are peeked and forwarded as raw frames; only what the state machine
+// needs (ReadyForQuery, ErrorResponse, statement names in Parse, Bind,
+// Describe and Close...) is decoded.
+//
+// The package deliberately knows nothing about QUIC, TCP or listeners.
+package pooler
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/subtle"
+	"encoding/binary"
+	"errors"
+	"io"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/pgquic/pgquic/backend"
+)
+
+// Pooler runs client sessions against pooled server connections. Create it
+// with New; it is safe for concurrent use by any number of front ends.
+type Pooler struct {
+	cfg   Config
+	pools PoolSource
+	log   *slog.Logger
+	m     *metrics
+
+	mu       sync.Mutex
+	sessions map[uint32]*session // by the BackendKeyData process ID we gave the client
+	draining bool
+
+	active atomic.Int64 // sessions past the startup packet, for MaxClients
+	wg     sync.WaitGroup
+
+	paramsMu sync.Mutex
+	params   map[*backend.Pool]map[string]string // server parameters per pool, learnt from its first connection
+}
+
+// New builds a Pooler. pools resolves a client's database and user to a
+// server pool. A nil logger discards logs; a nil registerer registers no
+// metrics.
+func New(cfg Config, pools PoolSource, logger *slog.Logger, reg prometheus.Registerer) (*Pooler, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if pools == nil {
+		return nil, errors.New("pooler: nil PoolSource")
+	}
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	m, err := newMetrics(reg)
+	if err != nil {
+		return nil, err
+	}
+	return &Pooler{
+		cfg:      cfg,
+		pools:    pools,
+		log:      logger,
+		m:        m,
+		sessions: make(map[uint32]*session),
+		params:   make(map[*backend.Pool]map[string]string),
+	}, nil
+}
+
+// Serve runs one client session to completion and closes rwc. It returns nil
+// when the client ended the session normally and the reason otherwise; the
+// client has already been told, so callers usually only log it.
+func (p *Pooler) Serve(ctx context.Context, rwc io.ReadWriteCloser, peer Peer) error {
+	s := newSession(p, rwc, peer)
+	if !p.register(s) {
+		// Draining: say why if the client gets as far as a startup packet.
+		defer rwc.Close()
+		return ErrShuttingDown
+	}
+	defer p.unregister(s)
+	stop := context.AfterFunc(ctx, s.kill)
+	defer stop()
+	err := s.run(ctx)
+	s.close()
+	return err
+}
+
+// Shutdown drains the pooler: it takes no new sessions, closes idle ones at
+// once and lets sessions inside a transaction finish it. It returns when
+// every session has ended, or when ctx expires, in which case the remaining
+// sessions are cut off (their server connections are destroyed, never
+// returned to the pool dirty) and ctx's error is returned.
+func (p *Pooler) Shutdown(ctx context.Context) error {
+	p.mu.Lock()
+	p.draining = true
+	all := make([]*session, 0, len(p.sessions))
+	for _, s := range p.sessions {
+		all = append(all, s)
+	}
+	p.mu.Unlock()
+	for _, s := range all {
+		s.drain()
+	}
+	done := make(chan struct{})
+	go func() { p.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		p.mu.Lock()
+		for _, s := range p.sessions {
+			s.kill()
+		}
+		p.mu.Unlock()
+		<-done
+		return ctx.Err()
+	}
+}
+
+// Sessions reports the number of client sessions currently open.
+func (p *Pooler) Sessions() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.sessions)
+}
+
+func (p *Pooler) register(s *session) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.draining {
+		return false
+	}
+	for {
+		var b [8]byte
+		_, _ = rand.Read(b[:])
+		pid := binary.BigEndian.Uint32(b[:4]) &^ (1 << 31) // positive, like a real PID
+		if pid == 0 || p.sessions[pid] != nil {
+			continue
+		}
+		s.pid = pid
+		copy(s.secret[:], b[4:])
+		p.sessions[pid] = s
+		p.wg.Add(1)
+		return true
+	}
+}
+
+func (p *Pooler) unregister(s *session) {
+	p.mu.Lock()
+	delete(p.sessions, s.pid)
+	p.mu.Unlock()
+	p.wg.Done()
+}
+
+// cancel routes a CancelRequest to the server connection currently serving
+// the session it names. A request for an unknown session, with a wrong key, or
+// for a session with nothing running is ignored, as PostgreSQL does.
+func (p *Pooler) cancel(ctx context.Context, pid uint32, key []byte) {
+	p.m.cancels.Inc()
+	p.mu.Lock()
+	s := p.sessions[pid]
+	p.mu.Unlock()
+	if s == nil || len(key) != len(s.secret) || subtle.ConstantTimeCompare(key, s.secret[:]) != 1 {
+		p.log.Debug("cancel request for unknown session", "pid", pid)
+		return
+	}
+	conn := s.runningConn()
+	if conn == nil {
+		return
+	}
+	ctx, done := context.WithTimeout(ctx, 5*time.Second)
+	defer done()
+	if err := conn.Pool().Cancel(ctx, conn.PID, conn.SecretKey); err != nil {
+		p.log.Warn("forwarding cancel request failed", "err", err)
+	}
+}
+
+// serverParams returns the parameters a pool's servers report, learning them
+// from a connection the first time.
+func (p *Pooler) serverParams(pool *backend.Pool) map[string]string {
+	p.paramsMu.Lock()
+	defer p.paramsMu.Unlock()
+	return p.params[pool]
+}
+
+func (p *Pooler) learnParams(pool *backend.Pool, conn *backend.Conn) {
+	p.paramsMu.Lock()
+	defer p.paramsMu.Unlock()
+	if p.params[pool] != nil {
+		return
+	}
+	m := make(map[string]string, len(conn.Params))
+	for k, v := range conn.Params {
+		m[k] = v
+	}
+	p.params[pool] = m
+}

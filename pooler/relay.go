@@ -1,0 +1,385 @@
+package pooler
+
+import (
+	"errors"
+	"os"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgproto3"
+
+	"github.com/pgquic/pgquic/backend"
+)
+
+// entryKind is a client (or pooler) request whose reply the relay expects.
+type entryKind uint8
+
+const (
+	eParse     entryKind = iota // ends with ParseComplete or ErrorResponse
+	eBind                       // BindComplete
+	eDescribe                   // RowDescription or NoData (after an optional ParameterDescription)
+	eExecute                    // CommandComplete, EmptyQueryResponse or PortalSuspended
+	eClose                      // CloseComplete
+	eSync                       // ReadyForQuery
+	eQuery                      // everything up to ReadyForQuery
+	eFunc                       // FunctionCallResponse then ReadyForQuery
+	eSynthetic                  // a reply the pooler writes itself when its turn comes
+)
+
+// entry is one expected reply, in the order the server will send them.
+type entry struct {
+	kind      entryKind
+	injected  bool   // sent by the pooler: swallow the success reply
+	quiet     bool   // pooler query: swallow every reply, ReadyForQuery included
+	reset     bool   // the session-mode reset query: forget the server's statements
+	stmt      string // server statement name of a Parse, dropped from the cache on error
+	unnamed   bool   // a Parse of the unnamed statement
+	synthetic []byte // eSynthetic: bytes to write
+	rfq       bool   // eSynthetic: follow with ReadyForQuery(current status)
+}
+
+// attachment is a server connection lent to a session. Its fields are
+// guarded by the session's mu, except clientGone.
+type attachment struct {
+	conn   *backend.Conn
+	st     *serverState
+	queue  []entry
+	head   int
+	status byte // last ReadyForQuery status
+
+	released   bool // the relay gave the connection back (or lost it)
+	relaying   bool // a relay goroutine runs for this attachment
+	syncPoint  bool // the client's last forwarded message was Sync, Query, FunctionCall, CopyDone or CopyFail
+	closing    bool // the client left; return the connection once idle
+	destroy    bool // close the connection instead of returning it
+	clientGone atomic.Bool
+	done       chan struct{}
+}
+
+func (a *attachment) push(e entry) { a.queue = append(a.queue, e) }
+
+func (a *attachment) pending() int { return len(a.queue) - a.head }
+
+func (a *attachment) front() *entry {
+	if a.head < len(a.queue) {
+		return &a.queue[a.head]
+	}
+	return nil
+}
+
+func (a *attachment) pop() {
+	a.queue[a.head] = entry{}
+	a.head++
+	if a.head == len(a.queue) {
+		a.queue, a.head = a.queue[:0], 0
+	}
+}
+
+// relayResult says what handling one server message led to.
+type relayResult uint8
+
+const (
+	relayMore     relayResult = iota // keep reading the server
+	relayWaiting                     // the server waits for the client (COPY IN, or nothing pending)
+	relayReleased                    // the connection went back to the pool
+	relayLost                        // the connection broke and was destroyed
+)
+
+// relay forwards the server's replies to the client from its own goroutine
+// until the connection goes back to the pool or breaks. The owner starts it
+// when it must read the client while replies are still due (after a Flush,
+// in a pipeline not yet closed by Sync, during COPY IN).
+func (s *session) relay(a *attachment) {
+	defer close(a.done)
+	for {
+		switch s.relayOne(a) {
+		case relayReleased, relayLost:
+			return
+		}
+	}
+}
+
+// relayInline lets the owner read the replies itself when the client's last
+// message was a synchronisation point (Sync, Query, CopyDone...) and nothing
+// more from the client is buffered: the common request/response case costs
+// no goroutine hand-off. It returns when the connection went back, the
+// server waits for the client, or nothing is pending any more.
+func (s *session) relayInline(a *attachment) relayResult {
+	for {
+		switch r := s.relayOne(a); r {
+		case relayReleased, relayLost, relayWaiting:
+			return r
+		}
+	}
+}
+
+// relayOne reads and handles one server message. It is called by exactly
+// one goroutine at a time for a given attachment: the owner inline, or the
+// relay goroutine.
+func (s *session) relayOne(a *attachment) relayResult {
+	r := a.conn.R
+	if r.Buffered() == 0 {
+		s.relayFlush(a)
+	}
+	typ, _, err := r.Next()
+	if err != nil {
+		if s.relayStopped(a, err) {
+			return relayReleased
+		}
+		s.serverLost(a, err)
+		return relayLost
+	}
+	// Fast path: rows and notices change no state.
+	switch typ {
+	case 'D', 'd', 'N', 'A':
+		if a.clientGone.Load() {
+			_ = r.Skip()
+			return relayMore
+		}
+		s.cwMu.Lock()
+		err = r.Forward(s.cw)
+		s.cwMu.Unlock()
+		if err != nil {
+			s.relayWriteFailed(a, err)
+		}
+		return relayMore
+	}
+
+	var body []byte
+	s.mu.Lock()
+	head := a.front()
+	quiet := head != nil && head.quiet
+	forward := !quiet
+	pop := false
+	result := relayMore
+	switch typ {
+	case '1': // ParseComplete
+		if head != nil && head.kind == eParse {
+			forward = forward && !head.injected
+			pop = true
+		}
+	case '2': // BindComplete
+		pop = head != nil && head.kind == eBind
+	case '3': // CloseComplete
+		if head != nil && head.kind == eClose {
+			forward = forward && !head.injected
+			pop = true
+		}
+	case 'T': // RowDescription ends a Describe
+		pop = head != nil && head.kind == eDescribe
+	case 'n': // NoData
+		pop = head != nil && head.kind == eDescribe
+	case 'C', 'I', 's': // CommandComplete, EmptyQueryResponse, PortalSuspended
+		pop = head != nil && head.kind == eExecute
+	case 'G', 'W': // CopyInResponse, CopyBothResponse: the server waits for data
+		result = relayWaiting
+	case 'S': // ParameterStatus
+		body, err = r.Body()
+		if err == nil {
+			s.noteParameter(a, body, quiet)
+		}
+	case 'E':
+		body, err = r.Body()
+		if err == nil && head != nil {
+			switch head.kind {
+			case eParse, eBind, eDescribe, eExecute, eClose:
+				// The server now skips everything up to Sync.
+				for e := a.front(); e != nil && e.kind != eSync && e.kind != eQuery && e.kind != eFunc; e = a.front() {
+					if e.kind == eParse {
+						a.st.forget(e)
+					}
+					a.pop()
+				}
+			}
+		}
+	case 'Z':
+		body, err = r.Body()
+		if err == nil && len(body) == 1 {
+			a.status = body[0]
+		}
+		if head != nil && (head.kind == eSync || head.kind == eQuery || head.kind == eFunc) {
+			if head.reset {
+				a.st.reset()
+			}
+			pop = true
+		}
+	}
+	if err != nil {
+		s.mu.Unlock()
+		s.serverLost(a, err)
+		return relayLost
+	}
+	if forward && !a.clientGone.Load() {
+		s.cwMu.Lock()
+		switch typ {
+		case 'S', 'E', 'Z':
+			err = writeFrame(s, typ, body)
+		default:
+			err = r.Forward(s.cw)
+		}
+		s.cwMu.Unlock()
+		if err != nil {
+			s.relayWriteFailed(a, err)
+		}
+	} else if typ != 'S' && typ != 'E' && typ != 'Z' {
+		_ = r.Skip()
+	}
+	if pop {
+		a.pop()
+	}
+	s.emitSynthetic(a)
+	if typ == 'Z' && a.pending() == 0 {
+		if s.releasable(a) {
+			a.released = true
+			s.mu.Unlock()
+			s.finishRelease(a)
+			return relayReleased
+		}
+		result = relayWaiting
+	}
+	s.mu.Unlock()
+	return result
+}
+
+// releasable reports whether a connection at rest (ReadyForQuery seen,
+// nothing pending) goes back to the pool. s.mu must be held.
+func (s *session) releasable(a *attachment) bool {
+	if a.status != 'I' {
+		return false // inside a transaction, or a failed one awaiting ROLLBACK
+	}
+	return a.closing || s.p.cfg.Mode == ModeTransaction
+}
+
+// emitSynthetic writes the pooler's own replies that have reached the head
+// of the queue. s.mu must be held.
+func (s *session) emitSynthetic(a *attachment) {
+	for e := a.front(); e != nil && e.kind == eSynthetic; e = a.front() {
+		if !a.clientGone.Load() {
+			msg := e.synthetic
+			if e.rfq {
+				msg = append(msg, readyForQuery(a.status)...)
+			}
+			if err := s.writeClient(msg); err != nil {
+				s.relayWriteFailed(a, err)
+			}
+		}
+		a.pop()
+	}
+}
+
+// finishRelease returns a's connection to its pool once the owner has no
+// half-written message in its buffer, then flushes the client.
+func (s *session) finishRelease(a *attachment) {
+	s.wmu.Lock()
+	s.wmu.Unlock() //nolint:staticcheck // waits for the owner's in-flight flush
+	if !a.clientGone.Load() {
+		if err := s.flushClient(); err != nil {
+			a.clientGone.Store(true)
+		}
+	}
+	s.mu.Lock()
+	destroy := a.destroy || a.st.poisoned
+	draining := s.draining
+	s.mu.Unlock()
+	if destroy {
+		a.conn.Destroy()
+	} else {
+		a.conn.Release()
+	}
+	s.p.m.transactions.Inc()
+	if draining {
+		s.closeClient()
+	}
+}
+
+// relayStopped handles the read deadline the owner sets to stop an idle
+// relay at session end; it returns true when the connection was returned.
+func (s *session) relayStopped(a *attachment, err error) bool {
+	if !errors.Is(err, os.ErrDeadlineExceeded) {
+		return false
+	}
+	s.mu.Lock()
+	ok := a.closing && !a.destroy && a.pending() == 0 && a.status == 'I'
+	if ok {
+		a.released = true
+	}
+	s.mu.Unlock()
+	if !ok {
+		return false
+	}
+	_ = a.conn.NetConn().SetReadDeadline(time.Time{})
+	s.finishRelease(a)
+	return true
+}
+
+// serverLost handles a broken server connection: the client is told (unless
+// the server already sent it a FATAL error) and its stream closed, and the
+// connection is destroyed.
+func (s *session) serverLost(a *attachment, err error) {
+	s.mu.Lock()
+	a.released = true
+	a.destroy = true
+	gone := a.clientGone.Load() || a.closing
+	s.mu.Unlock()
+	if !gone {
+		pe := fatal(codeConnectionFailure, "server connection lost", errors.Join(ErrServerLost, err))
+		s.p.m.errors.WithLabelValues(pe.Code).Inc()
+		_ = s.writeClient(pe.encode(nil))
+		_ = s.flushClient()
+		s.log.Warn("server connection lost", "err", err)
+	}
+	s.wmu.Lock()
+	s.wmu.Unlock() //nolint:staticcheck // waits for the owner's in-flight flush
+	a.conn.Destroy()
+	s.closeClient()
+}
+
+// relayFlush pushes buffered replies to the client.
+func (s *session) relayFlush(a *attachment) {
+	if a.clientGone.Load() {
+		return
+	}
+	if err := s.flushClient(); err != nil {
+		s.relayWriteFailed(a, err)
+	}
+}
+
+// relayWriteFailed records that the client cannot be written to; the relay
+// keeps reading the server so the connection reaches a safe point.
+func (s *session) relayWriteFailed(a *attachment, err error) {
+	if !a.clientGone.Swap(true) {
+		s.log.Debug("writing to client failed", "err", err)
+		s.closeClient()
+	}
+}
+
+// noteParameter tracks a ParameterStatus: the server's value, and, when the
+// client caused it with SET, the value the client now expects. s.mu held.
+func (s *session) noteParameter(a *attachment, body []byte, quiet bool) {
+	var ps pgproto3.ParameterStatus
+	if ps.Decode(body) != nil {
+		return
+	}
+	if a.conn.Params == nil {
+		a.conn.Params = make(map[string]string)
+	}
+	a.conn.Params[ps.Name] = ps.Value
+	if !quiet && trackedReported[ps.Name] {
+		s.desired[ps.Name] = ps.Value
+	}
+}
+
+// writeFrame writes a decoded message back out; cwMu must be held.
+func writeFrame(s *session, typ byte, body []byte) error {
+	n := uint32(len(body) + 4)
+	w := s.cw
+	_ = w.WriteByte(typ)
+	_ = w.WriteByte(byte(n >> 24))
+	_ = w.WriteByte(byte(n >> 16))
+	_ = w.WriteByte(byte(n >> 8))
+	if err := w.WriteByte(byte(n)); err != nil {
+		return err
+	}
+	_, err := w.Write(body)
+	return err
+}

@@ -1,0 +1,642 @@
+package pooler
+
+import (
+	"bufio"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgproto3"
+
+	"github.com/pgquic/pgquic/backend"
+	"github.com/pgquic/pgquic/internal/wire"
+)
+
+// Buffer sizes. The client reader stays small because an idle session keeps
+// it; the client writer is only busy while a server connection is attached.
+const (
+	clientReadBuf  = 4 << 10
+	clientWriteBuf = 8 << 10
+)
+
+// session is one client session. Its owner goroutine (the one in Serve) reads
+// the client and makes every decision; while a server connection is attached
+// a relay goroutine forwards the server's replies and decides, at
+// ReadyForQuery, whether the connection goes back to the pool.
+//
+// Locks, always taken in this order: mu (attachment state and the ordering
+// of everything written to the client while attached), then cwMu (the client
+// writer). wmu is held by the owner from its first unflushed write to a
+// server connection until the flush, so the relay cannot hand that
+// connection back to the pool with half a message in its buffer.
+type session struct {
+	p    *Pooler
+	log  *slog.Logger
+	peer Peer
+
+	pid    uint32
+	secret [4]byte
+
+	// Owner-only state.
+	rwc      io.ReadWriteCloser
+	cr       *wire.Reader
+	secure   bool
+	counted  bool
+	loggedIn bool
+	user     string
+	database string
+	pool     *backend.Pool
+	desired  map[string]string // parameter values the client believes are in effect
+	stmts    map[string]*stmt  // the client's named prepared statements (transaction mode)
+	unnamed  *stmt             // the client's unnamed statement, for replay
+	skipping bool              // dropping messages until Sync after an error the pooler raised
+	lastSync bool              // the last client message was Sync, Query, FunctionCall, CopyDone or CopyFail
+	wlocked  bool              // owner holds wmu
+	wconn    *backend.Conn     // connection whose writer the owner must flush
+	scratch  []byte
+
+	cwMu sync.Mutex
+	cw   *bufio.Writer
+
+	wmu sync.Mutex
+
+	mu       sync.Mutex
+	att      *attachment
+	draining bool
+	killed   bool
+	closing  bool // rwc closed by us
+}
+
+func newSession(p *Pooler, rwc io.ReadWriteCloser, peer Peer) *session {
+	if peer.Transport == "" {
+		peer.Transport = "unknown"
+	}
+	s := &session{
+		p:    p,
+		peer: peer,
+		rwc:  rwc,
+		cr:   wire.NewReader(rwc, clientReadBuf, p.cfg.MaxMessageLen),
+		cw:   bufio.NewWriterSize(rwc, clientWriteBuf),
+	}
+	s.log = p.log.With("transport", peer.Transport)
+	if peer.Addr != nil {
+		s.log = s.log.With("client", peer.Addr.String())
+	}
+	return s
+}
+
+// setStream swaps the client stream after a TLS upgrade.
+func (s *session) setStream(rwc io.ReadWriteCloser) {
+	s.rwc = rwc
+	s.cr.Reset(rwc)
+	s.cwMu.Lock()
+	s.cw.Reset(rwc)
+	s.cwMu.Unlock()
+}
+
+// run executes the session: startup with its timeout, then the message loop.
+func (s *session) run(ctx context.Context) error {
+	timedOut := atomic.Bool{}
+	t := time.AfterFunc(s.p.cfg.StartupTimeout, func() {
+		timedOut.Store(true)
+		s.closeClient()
+	})
+	err := s.startup(ctx)
+	stopped := t.Stop()
+	if errors.Is(err, errCancelHandled) {
+		return nil
+	}
+	if !stopped && timedOut.Load() {
+		return fmt.Errorf("startup timeout after %s", s.p.cfg.StartupTimeout)
+	}
+	if err != nil {
+		return err
+	}
+	return s.loop(ctx)
+}
+
+// loop reads client messages until the session ends.
+func (s *session) loop(ctx context.Context) error {
+	for {
+		if s.cr.Buffered() == 0 {
+			if err := s.flushAll(); err != nil {
+				return err
+			}
+			if s.serveReplies() {
+				continue
+			}
+		}
+		typ, _, err := s.cr.Next()
+		if err != nil {
+			if errors.Is(err, wire.ErrBadLength) || errors.Is(err, wire.ErrMessageTooLarge) {
+				return s.fail(fatal(codeProtocolViolation, "invalid message length", err))
+			}
+			if s.isKilled() {
+				return ErrShuttingDown
+			}
+			return s.clientGone(err)
+		}
+		if typ == 'X' {
+			return nil
+		}
+		if err := s.handle(ctx, typ); err != nil {
+			var pe *PGError
+			if errors.As(err, &pe) && pe.Severity == "FATAL" {
+				return s.fail(pe)
+			}
+			return err
+		}
+		switch typ {
+		case 'S', 'Q', 'F', 'c', 'f':
+			s.lastSync = true
+		default:
+			s.lastSync = false
+		}
+	}
+}
+
+// serveReplies is called when the owner has flushed everything and is about
+// to wait for the client. If the server still owes replies, it either reads
+// them inline (the client's last message was a synchronisation point, so the
+// server can finish without hearing from the client) and returns true, or
+// starts the relay goroutine so replies flow while the owner waits.
+func (s *session) serveReplies() bool {
+	s.mu.Lock()
+	a := s.att
+	if a == nil || a.released || a.relaying || a.pending() == 0 {
+		s.mu.Unlock()
+		return false
+	}
+	if !s.lastSync {
+		a.relaying = true
+		go s.relay(a)
+		s.mu.Unlock()
+		return false
+	}
+	s.mu.Unlock()
+	if s.relayInline(a) == relayWaiting {
+		s.mu.Lock()
+		if !a.released && a.pending() > 0 {
+			s.lastSync = false // COPY IN: the server waits for the client's data
+		}
+		s.mu.Unlock()
+	}
+	return true
+}
+
+// clientGone classifies a failed client read: EOF is a client leaving
+// without Terminate, anything else is reported.
+func (s *session) clientGone(err error) error {
+	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+		return nil
+	}
+	return fmt.Errorf("reading from client: %w", err)
+}
+
+// handle processes one client message whose header has just been read.
+func (s *session) handle(ctx context.Context, typ byte) error {
+	if s.skipping && typ != 'S' {
+		return s.cr.Skip()
+	}
+	switch typ {
+	case 'Q':
+		return s.handleQuery(ctx)
+	case 'P':
+		return s.handleParse(ctx)
+	case 'B':
+		return s.handleBind(ctx)
+	case 'D':
+		return s.handleDescribe(ctx)
+	case 'C':
+		return s.handleClose(ctx)
+	case 'E':
+		return s.forward(ctx, eExecute)
+	case 'F':
+		return s.forward(ctx, eFunc)
+	case 'S':
+		return s.handleSync(ctx)
+	case 'H', 'd', 'c', 'f':
+		// Flush and COPY data only mean something to a server that is
+		// already attached; PostgreSQL ignores stray COPY messages too.
+		a := s.current()
+		if a == nil {
+			return s.cr.Skip()
+		}
+		err := s.writeServer(a, nil)
+		s.mu.Unlock()
+		return err
+	case 'p':
+		return fatal(codeProtocolViolation, "unexpected password message", nil)
+	default:
+		return fatal(codeProtocolViolation, fmt.Sprintf("invalid frontend message type %d", typ), nil)
+	}
+}
+
+// handleSync answers Sync locally when no server is attached (nothing is
+// pending), otherwise forwards it.
+func (s *session) handleSync(ctx context.Context) error {
+	s.skipping = false
+	a := s.current()
+	if a == nil {
+		if err := s.cr.Skip(); err != nil {
+			return err
+		}
+		return s.writeClientLocal(readyForQuery('I'))
+	}
+	a.push(entry{kind: eSync})
+	err := s.writeServer(a, nil)
+	s.mu.Unlock()
+	return err
+}
+
+// forward sends the current message to the attached server (attaching one if
+// needed) and records the reply it expects.
+func (s *session) forward(ctx context.Context, k entryKind) error {
+	a, err := s.attach(ctx)
+	if err != nil {
+		return s.raise(err, k == eQuery)
+	}
+	a.push(entry{kind: k})
+	err = s.writeServer(a, nil)
+	s.mu.Unlock()
+	return err
+}
+
+// current returns the live attachment with s.mu held, or nil (mu released).
+func (s *session) current() *attachment {
+	s.mu.Lock()
+	if a := s.att; a != nil && !a.released {
+		return a
+	}
+	s.mu.Unlock()
+	return nil
+}
+
+// attach returns the live attachment with s.mu held, acquiring a server
+// connection first when none is attached.
+func (s *session) attach(ctx context.Context) (*attachment, error) {
+	if a := s.current(); a != nil {
+		return a, nil
+	}
+	if s.isDraining() {
+		return nil, fatal(codeAdminShutdown, "the pooler is shutting down", ErrShuttingDown)
+	}
+	if err := s.flushClient(); err != nil { // a previous relay may still hold bytes
+		return nil, err
+	}
+	conn, err := s.acquireConn(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.syncParams(ctx, conn); err != nil {
+		var pe *PGError
+		if errors.As(err, &pe) && pe.Severity != "FATAL" {
+			conn.Release() // the SET failed cleanly; the server is idle again
+		} else {
+			conn.Destroy()
+		}
+		return nil, err
+	}
+	s.mu.Lock()
+	return s.startAttachment(conn), nil
+}
+
+// acquireConn borrows a server connection, bounded by AcquireTimeout.
+func (s *session) acquireConn(ctx context.Context) (*backend.Conn, error) {
+	start := time.Now()
+	actx, cancel := context.WithTimeout(ctx, s.p.cfg.AcquireTimeout)
+	defer cancel()
+	conn, err := s.pool.Acquire(actx)
+	s.p.m.waitSeconds.Observe(time.Since(start).Seconds())
+	if err != nil {
+		if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
+			st := s.pool.Stat()
+			return nil, pgerr(codeTooManyConnections,
+				fmt.Sprintf("no server connection became free within %s (pool of %d for database %q, user %q is busy)",
+					s.p.cfg.AcquireTimeout, st.Total, s.database, s.user), err)
+		}
+		if ctx.Err() != nil {
+			return nil, fatal(codeAdminShutdown, "the pooler is shutting down", err)
+		}
+		return nil, pgerr(codeConnectionFailure, "could not connect to the server", err)
+	}
+	return conn, nil
+}
+
+// startAttachment makes conn the session's server connection and starts its
+// relay. s.mu must be held.
+func (s *session) startAttachment(conn *backend.Conn) *attachment {
+	st, _ := conn.State.(*serverState)
+	if st == nil {
+		st = newServerState()
+		conn.State = st
+	}
+	a := &attachment{conn: conn, st: st, status: 'I', done: make(chan struct{})}
+	s.att = a
+	return a
+}
+
+// raise reports an error the pooler generated while handling a client
+// message. In the extended protocol the rest of the pipeline is dropped
+// until Sync, as PostgreSQL does after an error; for a simple Query the
+// error is followed by ReadyForQuery.
+func (s *session) raise(err error, simple bool) error {
+	var pe *PGError
+	if !errors.As(err, &pe) {
+		return err
+	}
+	if pe.Severity == "FATAL" {
+		return pe
+	}
+	s.p.m.errors.WithLabelValues(pe.Code).Inc()
+	if err := s.cr.Skip(); err != nil {
+		return err
+	}
+	out := pe.encode(nil)
+	if simple {
+		out = append(out, readyForQuery('I')...)
+	} else {
+		s.skipping = true
+	}
+	return s.respond(out, false)
+}
+
+// respond writes a reply the pooler produced itself, in order with whatever
+// the server still owes the client: directly when nothing is pending,
+// otherwise queued behind the pending replies. With rfq a ReadyForQuery
+// carrying the current transaction status follows.
+func (s *session) respond(msg []byte, rfq bool) error {
+	if a := s.current(); a != nil {
+		if a.pending() > 0 {
+			a.push(entry{kind: eSynthetic, synthetic: msg, rfq: rfq})
+			s.mu.Unlock()
+			return nil
+		}
+		if rfq {
+			msg = append(msg, readyForQuery(a.status)...)
+		}
+		err := s.writeClient(msg)
+		s.mu.Unlock()
+		return err
+	}
+	if rfq {
+		msg = append(msg, readyForQuery('I')...)
+	}
+	return s.writeClientLocal(msg)
+}
+
+// writeServer writes the current client message (raw when frame is nil) or
+// frame to a's server. s.mu must be held.
+func (s *session) writeServer(a *attachment, frame []byte) error {
+	if !s.wlocked {
+		s.wmu.Lock()
+		s.wlocked = true
+		s.wconn = a.conn
+	}
+	if frame == nil {
+		return s.cr.Forward(a.conn.W)
+	}
+	_, err := a.conn.W.Write(frame)
+	return err
+}
+
+// flushAll pushes buffered bytes to the server and to the client.
+func (s *session) flushAll() error {
+	if s.wlocked {
+		err := s.wconn.W.Flush()
+		s.wlocked = false
+		s.wconn = nil
+		s.wmu.Unlock()
+		if err != nil {
+			// The relay sees the broken connection too and tells the client.
+			s.log.Debug("writing to server failed", "err", err)
+		}
+	}
+	return s.flushClient()
+}
+
+func (s *session) flushClient() error {
+	s.cwMu.Lock()
+	defer s.cwMu.Unlock()
+	return s.cw.Flush()
+}
+
+// writeClient writes to the client buffer; callers hold s.mu when attached.
+func (s *session) writeClient(b []byte) error {
+	s.cwMu.Lock()
+	defer s.cwMu.Unlock()
+	_, err := s.cw.Write(b)
+	return err
+}
+
+// writeClientLocal writes a reply while no server is attached.
+func (s *session) writeClientLocal(b []byte) error {
+	return s.writeClient(b)
+}
+
+// writeRaw writes and flushes bytes during startup.
+func (s *session) writeRaw(b []byte) error {
+	if err := s.writeClient(b); err != nil {
+		return err
+	}
+	return s.flushClient()
+}
+
+// send encodes, writes and flushes messages; used during startup and
+// authentication, when no relay runs.
+func (s *session) send(msgs ...pgproto3.BackendMessage) error {
+	buf := s.scratch[:0]
+	for _, m := range msgs {
+		var err error
+		if buf, err = m.Encode(buf); err != nil {
+			return fmt.Errorf("encoding %T: %w", m, err)
+		}
+	}
+	s.scratch = buf[:0]
+	return s.writeRaw(buf)
+}
+
+// Send implements AuthExchange.
+func (s *session) Send(msgs ...pgproto3.BackendMessage) error { return s.send(msgs...) }
+
+// ReceivePassword implements AuthExchange.
+func (s *session) ReceivePassword(ctx context.Context) ([]byte, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	typ, _, err := s.cr.Next()
+	if err != nil {
+		return nil, err
+	}
+	if typ != 'p' {
+		_ = s.cr.Skip()
+		return nil, fatal(codeProtocolViolation, fmt.Sprintf("expected password response, got message type %d", typ), nil)
+	}
+	return s.cr.Body()
+}
+
+// fail tells the client about a fatal error, best effort, and returns it.
+func (s *session) fail(pe *PGError) error {
+	s.p.m.errors.WithLabelValues(pe.Code).Inc()
+	_ = s.writeRaw(pe.encode(nil))
+	return pe
+}
+
+func readyForQuery(status byte) []byte {
+	return []byte{'Z', 0, 0, 0, 5, status}
+}
+
+// runningConn returns the server connection running the session's current
+// request, for routing a CancelRequest.
+func (s *session) runningConn() *backend.Conn {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if a := s.att; a != nil && !a.released && a.pending() > 0 {
+		return a.conn
+	}
+	return nil
+}
+
+func (s *session) isDraining() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.draining
+}
+
+func (s *session) isKilled() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.killed
+}
+
+// drain asks the session to end at its next safe point: now if idle,
+// after the current transaction otherwise.
+func (s *session) drain() {
+	s.mu.Lock()
+	s.draining = true
+	idle := s.att == nil || s.att.released
+	s.mu.Unlock()
+	if idle {
+		s.closeClient()
+	}
+}
+
+// kill ends the session at once. A server connection in use is closed, so it
+// is destroyed rather than returned to the pool in an unknown state.
+func (s *session) kill() {
+	s.mu.Lock()
+	s.killed = true
+	a := s.att
+	if a != nil && !a.released {
+		_ = a.conn.NetConn().Close()
+	}
+	s.mu.Unlock()
+	s.closeClient()
+}
+
+func (s *session) closeClient() {
+	s.mu.Lock()
+	already := s.closing
+	s.closing = true
+	s.mu.Unlock()
+	if !already {
+		_ = s.rwc.Close()
+	}
+}
+
+// close ends the session after the owner loop returned: any attached server
+// connection is cleaned up (rolled back, or destroyed when that is not
+// possible), the relay is waited for and the client stream is closed.
+func (s *session) close() {
+	if s.wlocked {
+		_ = s.wconn.W.Flush()
+		s.wlocked = false
+		s.wconn = nil
+		s.wmu.Unlock()
+	}
+	s.mu.Lock()
+	a := s.att
+	if a != nil && a.released && !a.relaying {
+		a = nil // returned inline; no goroutine to wait for
+	}
+	if a != nil && !a.released {
+		a.clientGone.Store(true)
+		a.closing = true
+		if !a.relaying {
+			a.relaying = true
+			go s.relay(a)
+		}
+		switch {
+		case a.pending() > 0 || s.killed:
+			// A request is still running: cancel it and drop the connection.
+			conn := a.conn
+			if !s.killed {
+				go func() {
+					ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+					defer cancel()
+					_ = conn.Pool().Cancel(ctx, conn.PID, conn.SecretKey)
+				}()
+			}
+			a.destroy = true
+			_ = conn.NetConn().Close()
+		default:
+			// Idle, in a transaction, or in session mode: roll back (and
+			// reset) quietly; the relay returns the connection once the
+			// server says it is idle.
+			var q []byte
+			if a.status != 'I' {
+				q = appendQuery(q, "ROLLBACK")
+				a.push(entry{kind: eQuery, quiet: true})
+			}
+			if s.p.cfg.Mode == ModeSession {
+				q = appendQuery(q, s.p.cfg.ResetQuery)
+				a.push(entry{kind: eQuery, quiet: true, reset: true})
+			}
+			if len(q) == 0 {
+				// Nothing to undo: wake the relay so it returns the connection.
+				_ = a.conn.NetConn().SetReadDeadline(time.Now())
+			} else {
+				_ = a.conn.NetConn().SetWriteDeadline(time.Now().Add(5 * time.Second))
+				_, err := a.conn.W.Write(q)
+				if err == nil {
+					err = a.conn.W.Flush()
+				}
+				if err != nil {
+					a.destroy = true
+					_ = a.conn.NetConn().Close()
+				}
+			}
+		}
+	}
+	s.mu.Unlock()
+	if a != nil {
+		select {
+		case <-a.done:
+		case <-time.After(10 * time.Second):
+			s.mu.Lock()
+			a.destroy = true
+			s.mu.Unlock()
+			_ = a.conn.NetConn().Close()
+			<-a.done
+		}
+	}
+	s.closeClient()
+	if s.counted {
+		s.p.active.Add(-1)
+		s.p.m.clients.Dec()
+	}
+}
+
+func appendQuery(dst []byte, sql string) []byte {
+	dst = wire.AppendHeader(dst, 'Q', len(sql)+1)
+	dst = append(dst, sql...)
+	return append(dst, 0)
+}
+
+func putUint32(b []byte, v uint32) { binary.BigEndian.PutUint32(b, v) }

@@ -1,0 +1,313 @@
+package pooler
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/jackc/pgx/v5/pgproto3"
+
+	"github.com/pgquic/pgquic/internal/wire"
+)
+
+// Startup packet codes from the PostgreSQL protocol ("Message Formats":
+// SSLRequest, GSSENCRequest, CancelRequest, StartupMessage).
+const (
+	codeSSLRequest    = 80877103
+	codeGSSENCRequest = 80877104
+	codeCancelRequest = 80877102
+	protocolMajor3    = 3
+)
+
+// errCancelHandled ends a session that only carried a CancelRequest.
+var errCancelHandled = errors.New("cancel request handled")
+
+// startupParams is what a StartupMessage asked for.
+type startupParams struct {
+	minor   uint16
+	user    string
+	db      string
+	params  map[string]string // run-time parameters to apply (GUCs)
+	unknown []string          // _pq_ protocol options we do not support
+	appName string
+}
+
+// startup runs the startup phase up to and including ReadyForQuery, or
+// returns the error that ended it (already reported to the client).
+func (s *session) startup(ctx context.Context) error {
+	sp, err := s.readStartup(ctx)
+	if err != nil {
+		return err
+	}
+	return s.login(ctx, sp)
+}
+
+func (s *session) readStartup(ctx context.Context) (*startupParams, error) {
+	for {
+		body, err := s.cr.ReadStartup()
+		if err != nil {
+			if errors.Is(err, wire.ErrBadLength) || errors.Is(err, wire.ErrMessageTooLarge) {
+				return nil, s.fail(fatal(codeProtocolViolation, "invalid length of startup packet", err))
+			}
+			return nil, fmt.Errorf("reading startup packet: %w", err)
+		}
+		code := binary.BigEndian.Uint32(body)
+		switch code {
+		case codeSSLRequest:
+			if s.cr.Buffered() > 0 {
+				// Bytes after an SSLRequest would be read as if encrypted
+				// (CVE-2021-23214); PostgreSQL refuses them too.
+				return nil, s.fail(fatal(codeProtocolViolation, "received unencrypted data after SSL request", nil))
+			}
+			if s.peer.StartTLS == nil || s.secure {
+				if err := s.writeRaw([]byte{'N'}); err != nil {
+					return nil, err
+				}
+				continue
+			}
+			if err := s.writeRaw([]byte{'S'}); err != nil {
+				return nil, err
+			}
+			rwc, err := s.peer.StartTLS(ctx)
+			if err != nil {
+				return nil, fmt.Errorf("TLS handshake: %w", err)
+			}
+			s.setStream(rwc)
+			s.secure = true
+			continue
+		case codeGSSENCRequest:
+			if s.cr.Buffered() > 0 {
+				return nil, s.fail(fatal(codeProtocolViolation, "received unencrypted data after GSSAPI encryption request", nil))
+			}
+			if err := s.writeRaw([]byte{'N'}); err != nil {
+				return nil, err
+			}
+			continue
+		case codeCancelRequest:
+			if len(body) < 8 || len(body) > 4+4+256 {
+				return nil, errCancelHandled
+			}
+			pid := binary.BigEndian.Uint32(body[4:8])
+			key := bytes.Clone(body[8:])
+			s.p.cancel(ctx, pid, key)
+			return nil, errCancelHandled
+		}
+		major, minor := code>>16, uint16(code&0xffff)
+		if major != protocolMajor3 {
+			return nil, s.fail(fatal(codeFeatureNotSupported,
+				fmt.Sprintf("unsupported frontend protocol %d.%d: server supports 3.0 to 3.0", major, minor), nil))
+		}
+		sp, perr := parseStartup(body[4:])
+		if perr != nil {
+			return nil, s.fail(perr)
+		}
+		sp.minor = minor
+		return sp, nil
+	}
+}
+
+// parseStartup decodes the name/value pairs of a StartupMessage.
+func parseStartup(b []byte) (*startupParams, *PGError) {
+	sp := &startupParams{params: make(map[string]string)}
+	for {
+		name, rest, ok := wire.CString(b)
+		if !ok {
+			return nil, fatal(codeProtocolViolation, "invalid startup packet layout: expected terminator as last byte", nil)
+		}
+		if len(name) == 0 {
+			if len(rest) != 0 {
+				return nil, fatal(codeProtocolViolation, "invalid startup packet layout: expected terminator as last byte", nil)
+			}
+			break
+		}
+		val, rest2, ok := wire.CString(rest)
+		if !ok {
+			return nil, fatal(codeProtocolViolation, "invalid startup packet layout: missing value", nil)
+		}
+		b = rest2
+		k, v := string(name), string(val)
+		switch {
+		case k == "user":
+			sp.user = v
+		case k == "database":
+			sp.db = v
+		case k == "replication":
+			if v != "false" && v != "0" && v != "off" && v != "no" {
+				return nil, fatal(codeFeatureNotSupported, "replication connections are not supported by the pooler", nil)
+			}
+		case k == "options":
+			if err := parseOptions(v, sp.params); err != nil {
+				return nil, err
+			}
+		case strings.HasPrefix(k, "_pq_."):
+			sp.unknown = append(sp.unknown, k)
+		default:
+			sp.params[k] = v
+		}
+	}
+	if sp.user == "" {
+		return nil, fatal(codeInvalidAuthSpec, "no PostgreSQL user name specified in startup packet", nil)
+	}
+	if sp.db == "" {
+		sp.db = sp.user
+	}
+	return sp, nil
+}
+
+// parseOptions reads the "-c name=value" and "--name=value" switches libpq
+// sends in the options parameter (PGOPTIONS). Backslash escapes a space.
+func parseOptions(opts string, into map[string]string) *PGError {
+	var words []string
+	var cur strings.Builder
+	esc := false
+	for _, r := range opts {
+		switch {
+		case esc:
+			cur.WriteRune(r)
+			esc = false
+		case r == '\\':
+			esc = true
+		case r == ' ' || r == '\t':
+			if cur.Len() > 0 {
+				words = append(words, cur.String())
+				cur.Reset()
+			}
+		default:
+			cur.WriteRune(r)
+		}
+	}
+	if cur.Len() > 0 {
+		words = append(words, cur.String())
+	}
+	for i := 0; i < len(words); i++ {
+		w := words[i]
+		var kv string
+		switch {
+		case w == "-c" && i+1 < len(words):
+			i++
+			kv = words[i]
+		case strings.HasPrefix(w, "-c"):
+			kv = w[2:]
+		case strings.HasPrefix(w, "--"):
+			kv = w[2:]
+		default:
+			return fatal(codeFeatureNotSupported, fmt.Sprintf("unsupported startup option %q: only -c name=value is supported", w), nil)
+		}
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok || k == "" {
+			return fatal(codeProtocolViolation, fmt.Sprintf("invalid startup option %q", kv), nil)
+		}
+		into[strings.ReplaceAll(k, "-", "_")] = v
+	}
+	return nil
+}
+
+// login authenticates the client, finds its pool and sends the greeting:
+// AuthenticationOk, ParameterStatus, BackendKeyData and ReadyForQuery.
+func (s *session) login(ctx context.Context, sp *startupParams) error {
+	p := s.p
+	if s.peer.RequireTLS && !s.secure {
+		return s.fail(fatal(codeInvalidAuthSpec, "TLS is required: connect with sslmode=require", nil))
+	}
+	if n := p.active.Add(1); n > int64(p.cfg.MaxClients) {
+		p.active.Add(-1)
+		return s.fail(fatal(codeTooManyConnections, "sorry, too many clients already", nil))
+	}
+	s.counted = true
+	p.m.clients.Inc()
+	p.m.sessions.WithLabelValues(s.peer.Transport).Inc()
+
+	if sp.minor > 0 || len(sp.unknown) > 0 {
+		if err := s.send(&pgproto3.NegotiateProtocolVersion{NewestMinorProtocol: 0, UnrecognizedOptions: sp.unknown}); err != nil {
+			return err
+		}
+	}
+	s.user, s.database = sp.user, sp.db
+	s.log = s.log.With("user", sp.user, "database", sp.db)
+
+	if p.cfg.Auth != nil {
+		if err := p.cfg.Auth.Authenticate(ctx, s, sp.user, s.peer.Addr); err != nil {
+			var pe *PGError
+			var coded interface{ SQLState() string }
+			switch {
+			case errors.As(err, &pe):
+				return s.fail(pe)
+			case errors.As(err, &coded):
+				// The authenticator's error text is written to be shown to
+				// the client (it never says whether the user exists).
+				s.log.Info("authentication failed", "err", err)
+				return s.fail(fatal(coded.SQLState(), err.Error(), err))
+			case errors.Is(err, ErrAuthFailed):
+				return s.fail(fatal(codeInvalidPassword, fmt.Sprintf("password authentication failed for user %q", sp.user), err))
+			case ctx.Err() != nil:
+				return err
+			}
+			return s.fail(fatal(codeProtocolViolation, "authentication exchange failed", err))
+		}
+	}
+
+	pool, err := p.pools.Pool(ctx, sp.db, sp.user)
+	if err != nil {
+		return s.fail(fatal(codeInvalidCatalogName, fmt.Sprintf("database %q does not exist for user %q in the pooler", sp.db, sp.user), err))
+	}
+	s.pool = pool
+
+	defaults := p.serverParams(pool)
+	if defaults == nil || p.cfg.Mode == ModeSession {
+		// Learn the server's parameters from a real connection (and in
+		// session mode keep it for the whole session).
+		conn, err := s.acquireConn(ctx)
+		if err != nil {
+			return s.fail(asFatal(err))
+		}
+		p.learnParams(pool, conn)
+		defaults = p.serverParams(pool)
+		if p.cfg.Mode == ModeSession {
+			s.initDesired(defaults, sp.params)
+			if err := s.syncParams(ctx, conn); err != nil {
+				conn.Release()
+				return s.fail(asFatal(err))
+			}
+			s.mu.Lock()
+			s.startAttachment(conn)
+			s.mu.Unlock()
+		} else {
+			conn.Release()
+		}
+	}
+	if s.desired == nil {
+		s.initDesired(defaults, sp.params)
+	}
+
+	msgs := make([]pgproto3.BackendMessage, 0, len(defaults)+3)
+	msgs = append(msgs, &pgproto3.AuthenticationOk{})
+	for k, v := range defaults {
+		if d, ok := s.desired[k]; ok {
+			v = d
+		}
+		if k == "server_version" && p.cfg.ServerVersion != "" {
+			v = p.cfg.ServerVersion
+		}
+		msgs = append(msgs, &pgproto3.ParameterStatus{Name: k, Value: v})
+	}
+	msgs = append(msgs,
+		&pgproto3.BackendKeyData{ProcessID: s.pid, SecretKey: s.secret[:]},
+		&pgproto3.ReadyForQuery{TxStatus: 'I'})
+	s.loggedIn = true
+	return s.send(msgs...)
+}
+
+// asFatal turns an error from acquiring a server connection into what the
+// client is told during startup.
+func asFatal(err error) *PGError {
+	var pe *PGError
+	if errors.As(err, &pe) {
+		c := *pe
+		c.Severity = "FATAL"
+		return &c
+	}
+	return fatal(codeConnectionFailure, "could not get a server connection", err)
+}

@@ -1,0 +1,386 @@
+package quicfront
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/quic-go/quic-go"
+)
+
+// Defaults of DialerConfig, applied to zero fields.
+const (
+	DefaultDialerConns = 4
+)
+
+// DialerConfig configures the client side. Zero values take the defaults
+// named on each field. Exactly one server verification mode must be chosen:
+// CAFile, PinSHA256 or Insecure (TLSConfig alone also counts as one).
+type DialerConfig struct {
+	// Addr is the pooler's QUIC address, host:port. Required.
+	Addr string
+	// Conns is how many QUIC connections the dialer keeps. They are dialed
+	// lazily (a new one when every live connection already carries a stream)
+	// and re-dialed after loss. Default 4.
+	Conns int
+	// ALPN is the application protocol to offer. Default "pgquic/1".
+	ALPN string
+	// CAFile is a PEM file of CA certificates that sign the server's
+	// certificate; the host part of Addr must match the certificate.
+	CAFile string
+	// PinSHA256 trusts exactly the server certificate with this SHA-256
+	// fingerprint (hex; case, colons and a "sha256:" prefix are ignored).
+	// It suits the server's generated self-signed certificate.
+	PinSHA256 string
+	// Insecure skips verification of the server. Development only.
+	Insecure bool
+	// TLSConfig, when set, is the base TLS configuration (cloned); ServerName,
+	// NextProtos and MinVersion (TLS 1.3) are filled in when unset.
+	TLSConfig *tls.Config
+	// KeepAlivePeriod sends a keep-alive when a connection is quiet for this
+	// long. Default 15s; negative disables keep-alives.
+	KeepAlivePeriod time.Duration
+	// IdleTimeout is quic MaxIdleTimeout. Default 60s.
+	IdleTimeout time.Duration
+	// MaxStreamsPerConn is the soft cap of open streams per connection used
+	// when choosing one; above it on every connection, streams still open on
+	// the least-loaded one (and may wait for the server's credit). Default 1000.
+	MaxStreamsPerConn int
+}
+
+func (c *DialerConfig) populate() error {
+	if c.Addr == "" {
+		return errors.New("quicfront: DialerConfig.Addr is required")
+	}
+	if _, _, err := net.SplitHostPort(c.Addr); err != nil {
+		return fmt.Errorf("quicfront: DialerConfig.Addr: %w", err)
+	}
+	if c.Conns == 0 {
+		c.Conns = DefaultDialerConns
+	}
+	if c.Conns < 0 {
+		return fmt.Errorf("quicfront: Conns %d must be positive", c.Conns)
+	}
+	if c.ALPN == "" {
+		c.ALPN = DefaultALPN
+	}
+	if c.KeepAlivePeriod == 0 {
+		c.KeepAlivePeriod = DefaultKeepAlivePeriod
+	}
+	if c.KeepAlivePeriod < 0 {
+		c.KeepAlivePeriod = 0
+	}
+	if c.IdleTimeout == 0 {
+		c.IdleTimeout = DefaultIdleTimeout
+	}
+	if c.MaxStreamsPerConn == 0 {
+		c.MaxStreamsPerConn = DefaultMaxStreamsPerConn
+	}
+	if c.IdleTimeout < 0 || c.MaxStreamsPerConn < 0 {
+		return errors.New("quicfront: IdleTimeout and MaxStreamsPerConn must not be negative")
+	}
+	return nil
+}
+
+// Dialer opens PostgreSQL sessions as streams over a few shared QUIC
+// connections from a single UDP socket. It is safe for concurrent use.
+type Dialer struct {
+	cfg     DialerConfig
+	log     *slog.Logger
+	tlsConf *tls.Config
+	quicCfg *quic.Config
+
+	mu      sync.Mutex
+	udp     *net.UDPConn
+	tr      *quic.Transport
+	slots   []*clientConn   // nil: not dialed or lost
+	dialing []chan struct{} // non-nil while slot i is being dialed
+	closed  bool
+	wg      sync.WaitGroup // connection watchers
+}
+
+// clientConn is one QUIC connection and its count of open streams.
+type clientConn struct {
+	conn *quic.Conn
+	slot int
+	open int // streams open or being opened; guarded by Dialer.mu
+}
+
+// DialerStats is a snapshot of the dialer's connections.
+type DialerStats struct {
+	// Conns is the number of live QUIC connections.
+	Conns int
+	// Streams is the number of open streams over all of them.
+	Streams int
+}
+
+// NewDialer validates cfg and prepares TLS; it dials nothing yet. logger nil
+// discards logs.
+func NewDialer(cfg DialerConfig, logger *slog.Logger) (*Dialer, error) {
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	if err := cfg.populate(); err != nil {
+		return nil, err
+	}
+	host, _, _ := net.SplitHostPort(cfg.Addr)
+	tc, err := clientTLSConfig(cfg, host)
+	if err != nil {
+		return nil, err
+	}
+	return &Dialer{
+		cfg:     cfg,
+		log:     logger,
+		tlsConf: tc,
+		quicCfg: &quic.Config{
+			KeepAlivePeriod:       cfg.KeepAlivePeriod,
+			MaxIdleTimeout:        cfg.IdleTimeout,
+			MaxIncomingStreams:    -1, // the server never opens streams
+			MaxIncomingUniStreams: -1,
+		},
+		slots:   make([]*clientConn, cfg.Conns),
+		dialing: make([]chan struct{}, cfg.Conns),
+	}, nil
+}
+
+// Dial opens a new session stream on the least-loaded live connection,
+// dialing or re-dialing a connection when needed. If opening the stream fails
+// because the connection just died, it retries once on a fresh connection.
+// The returned net.Conn's Close sends FIN and cancels reading, releasing the
+// stream's credit at once.
+func (d *Dialer) Dial(ctx context.Context) (net.Conn, error) {
+	var lastErr error
+	for attempt := 0; attempt < 2; attempt++ {
+		cc, err := d.pick(ctx)
+		if err != nil {
+			return nil, err
+		}
+		str, err := cc.conn.OpenStreamSync(ctx)
+		if err == nil {
+			return newStreamConn(str, cc.conn, func() { d.release(cc) }), nil
+		}
+		d.release(cc)
+		lastErr = fmt.Errorf("quicfront: open stream: %w", err)
+		if ctx.Err() != nil || cc.conn.Context().Err() == nil {
+			return nil, lastErr
+		}
+		d.forget(cc)
+		d.log.Debug("QUIC connection lost while opening a stream; retrying on a fresh one", "err", err)
+	}
+	return nil, lastErr
+}
+
+// DialFunc adapts Dial to pgconn.Config.DialFunc. network and addr are
+// ignored: every session, and pgx's CancelRequest, becomes a fresh stream to
+// the configured pooler.
+func (d *Dialer) DialFunc() pgconn.DialFunc {
+	return func(ctx context.Context, _, _ string) (net.Conn, error) {
+		return d.Dial(ctx)
+	}
+}
+
+// Stats reports the live connections and open streams.
+func (d *Dialer) Stats() DialerStats {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	var st DialerStats
+	for _, cc := range d.slots {
+		if cc != nil && cc.conn.Context().Err() == nil {
+			st.Conns++
+			st.Streams += cc.open
+		}
+	}
+	return st
+}
+
+// pick returns a live connection with one stream reserved on it.
+func (d *Dialer) pick(ctx context.Context) (*clientConn, error) {
+	for {
+		d.mu.Lock()
+		if d.closed {
+			d.mu.Unlock()
+			return nil, ErrDialerClosed
+		}
+		if err := d.ensureTransport(); err != nil {
+			d.mu.Unlock()
+			return nil, err
+		}
+		var best *clientConn
+		empty, waitOn := -1, -1
+		for i, cc := range d.slots {
+			if cc != nil && cc.conn.Context().Err() != nil {
+				d.slots[i] = nil
+				cc = nil
+			}
+			switch {
+			case cc != nil:
+				if best == nil || cc.open < best.open {
+					best = cc
+				}
+			case d.dialing[i] != nil:
+				if waitOn < 0 {
+					waitOn = i
+				}
+			default:
+				if empty < 0 {
+					empty = i
+				}
+			}
+		}
+		switch {
+		case best != nil && best.open == 0,
+			best != nil && empty < 0 && waitOn < 0,
+			best != nil && empty < 0 && best.open < d.cfg.MaxStreamsPerConn:
+			best.open++
+			d.mu.Unlock()
+			return best, nil
+		case empty >= 0:
+			cc, err := d.dialSlot(ctx, empty) // unlocks d.mu
+			if err != nil {
+				return nil, err
+			}
+			return cc, nil
+		default:
+			ch := d.dialing[waitOn]
+			d.mu.Unlock()
+			select {
+			case <-ch:
+			case <-ctx.Done():
+				return nil, fmt.Errorf("quicfront: waiting for a QUIC connection: %w", ctx.Err())
+			}
+		}
+	}
+}
+
+// dialSlot dials a connection for slot i. It is called with d.mu held and
+// returns with it released.
+func (d *Dialer) dialSlot(ctx context.Context, i int) (*clientConn, error) {
+	ch := make(chan struct{})
+	d.dialing[i] = ch
+	tr := d.tr
+	d.mu.Unlock()
+
+	conn, err := d.dialConn(ctx, tr)
+
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.dialing[i] = nil
+	close(ch)
+	if err != nil {
+		return nil, err
+	}
+	if d.closed {
+		_ = conn.CloseWithError(ErrCodeNoError.app(), "dialer closed")
+		return nil, ErrDialerClosed
+	}
+	cc := &clientConn{conn: conn, slot: i, open: 1}
+	d.slots[i] = cc
+	d.wg.Add(1)
+	go d.watch(cc)
+	return cc, nil
+}
+
+func (d *Dialer) dialConn(ctx context.Context, tr *quic.Transport) (*quic.Conn, error) {
+	raddr, err := net.ResolveUDPAddr("udp", d.cfg.Addr)
+	if err != nil {
+		return nil, fmt.Errorf("quicfront: resolve %s: %w", d.cfg.Addr, err)
+	}
+	conn, err := tr.Dial(ctx, raddr, d.tlsConf, d.quicCfg)
+	if err != nil {
+		return nil, fmt.Errorf("quicfront: dial %s: %w", d.cfg.Addr, err)
+	}
+	d.log.Debug("QUIC connection established", "addr", raddr.String())
+	return conn, nil
+}
+
+// ensureTransport binds the dialer's single UDP socket on first use; called
+// with d.mu held.
+func (d *Dialer) ensureTransport() error {
+	if d.tr != nil {
+		return nil
+	}
+	network := "udp"
+	host, _, _ := net.SplitHostPort(d.cfg.Addr)
+	if ip := net.ParseIP(host); ip != nil {
+		if ip.To4() != nil {
+			network = "udp4"
+		} else {
+			network = "udp6"
+		}
+	}
+	udp, err := net.ListenUDP(network, nil)
+	if err != nil {
+		return fmt.Errorf("quicfront: bind UDP socket: %w", err)
+	}
+	raiseUDPBuffers(udp, d.log)
+	d.udp = udp
+	d.tr = &quic.Transport{Conn: udp}
+	return nil
+}
+
+// watch forgets a connection as soon as it dies, so the next Dial re-dials.
+func (d *Dialer) watch(cc *clientConn) {
+	defer d.wg.Done()
+	<-cc.conn.Context().Done()
+	d.forget(cc)
+	d.mu.Lock()
+	closed := d.closed
+	d.mu.Unlock()
+	if !closed {
+		d.log.Info("QUIC connection to pooler lost; it will be re-dialed on demand",
+			"addr", d.cfg.Addr, "cause", context.Cause(cc.conn.Context()))
+	}
+}
+
+func (d *Dialer) forget(cc *clientConn) {
+	d.mu.Lock()
+	if d.slots[cc.slot] == cc {
+		d.slots[cc.slot] = nil
+	}
+	d.mu.Unlock()
+}
+
+func (d *Dialer) release(cc *clientConn) {
+	d.mu.Lock()
+	cc.open--
+	d.mu.Unlock()
+}
+
+// Close closes every connection (streams on them fail) and the UDP socket.
+// Dial fails with ErrDialerClosed afterwards.
+func (d *Dialer) Close() error {
+	d.mu.Lock()
+	if d.closed {
+		d.mu.Unlock()
+		return nil
+	}
+	d.closed = true
+	var conns []*quic.Conn
+	for _, cc := range d.slots {
+		if cc != nil {
+			conns = append(conns, cc.conn)
+		}
+	}
+	d.mu.Unlock()
+	for _, c := range conns {
+		_ = c.CloseWithError(ErrCodeNoError.app(), "client closed")
+	}
+	d.wg.Wait()
+	// No new transport can appear: ensureTransport runs under d.mu and checks closed first.
+	d.mu.Lock()
+	tr, udp := d.tr, d.udp
+	d.mu.Unlock()
+	if tr != nil {
+		_ = tr.Close()
+	}
+	if udp != nil {
+		return udp.Close()
+	}
+	return nil
+}

@@ -1,0 +1,386 @@
+package quicfront
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgproto3"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Request codes of the PostgreSQL startup packets the edge recognises
+// (https://www.postgresql.org/docs/current/protocol-message-formats.html).
+const (
+	cancelRequestCode = 80877102
+	sslRequestCode    = 80877103
+	gssEncRequestCode = 80877104
+)
+
+// DefaultEdgeStartupTimeout bounds how long a local client may take to send
+// its startup packet.
+const DefaultEdgeStartupTimeout = 10 * time.Second
+
+// EdgeConfig configures the edge sidecar.
+type EdgeConfig struct {
+	// Listen is the local TCP address, e.g. 127.0.0.1:5433. Required.
+	Listen string
+	// Dialer carries the sessions to the pooler. Required; the edge does not
+	// close it.
+	Dialer *Dialer
+	// StartupTimeout bounds how long a local client may take to send its
+	// startup packet, and then how long opening its stream may take.
+	// Default 10s.
+	StartupTimeout time.Duration
+}
+
+// Edge is a sidecar that lets any libpq client use the QUIC transport: every
+// TCP connection accepted on a local port becomes one stream to the pooler.
+// SSLRequest and GSSENCRequest are answered 'N' locally, since QUIC already
+// encrypts the path and the local hop is loopback.
+type Edge struct {
+	cfg EdgeConfig
+	log *slog.Logger
+
+	sessions      prometheus.Gauge
+	sessionsTotal prometheus.Counter
+	dialErrors    prometheus.Counter
+
+	baseCtx    context.Context
+	baseCancel context.CancelFunc
+
+	mu       sync.Mutex
+	ln       net.Listener
+	active   map[*edgeSession]struct{}
+	draining bool
+	stopped  chan struct{}
+	wg       sync.WaitGroup
+}
+
+// edgeSession is one proxied client: its TCP connection and, once dialed,
+// its stream.
+type edgeSession struct {
+	tcp net.Conn
+	str *streamConn // guarded by Edge.mu
+}
+
+// NewEdge validates cfg. logger nil discards logs; reg nil skips metric
+// registration.
+func NewEdge(cfg EdgeConfig, logger *slog.Logger, reg prometheus.Registerer) (*Edge, error) {
+	if cfg.Listen == "" {
+		return nil, errors.New("quicfront: EdgeConfig.Listen is required")
+	}
+	if cfg.Dialer == nil {
+		return nil, errors.New("quicfront: EdgeConfig.Dialer is required")
+	}
+	if cfg.StartupTimeout == 0 {
+		cfg.StartupTimeout = DefaultEdgeStartupTimeout
+	}
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	e := &Edge{
+		cfg: cfg, log: logger,
+		sessions: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "pgquic", Subsystem: "edge",
+			Name: "sessions", Help: "Local client connections currently proxied over QUIC."}),
+		sessionsTotal: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "pgquic", Subsystem: "edge",
+			Name: "sessions_total", Help: "Local client connections accepted."}),
+		dialErrors: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "pgquic", Subsystem: "edge",
+			Name: "dial_errors_total", Help: "Sessions that could not open a stream to the pooler."}),
+		active:  map[*edgeSession]struct{}{},
+		stopped: make(chan struct{}),
+	}
+	if reg != nil {
+		for _, c := range []prometheus.Collector{e.sessions, e.sessionsTotal, e.dialErrors} {
+			if err := reg.Register(c); err != nil {
+				return nil, fmt.Errorf("quicfront: register edge metrics: %w", err)
+			}
+		}
+	}
+	e.baseCtx, e.baseCancel = context.WithCancel(context.Background())
+	return e, nil
+}
+
+// Listen binds the local TCP listener.
+func (e *Edge) Listen() error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.draining {
+		return ErrServerClosed
+	}
+	if e.ln != nil {
+		return errors.New("quicfront: edge Listen called twice")
+	}
+	ln, err := net.Listen("tcp", e.cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("quicfront: edge listen %s: %w", e.cfg.Listen, err)
+	}
+	e.ln = ln
+	e.log.Info("edge listening", "addr", ln.Addr().String(), "pooler", e.cfg.Dialer.cfg.Addr)
+	return nil
+}
+
+// Addr returns the bound TCP address, or nil before Listen.
+func (e *Edge) Addr() net.Addr {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.ln == nil {
+		return nil
+	}
+	return e.ln.Addr()
+}
+
+// Serve accepts local clients until ctx ends or Shutdown is called. When ctx
+// ends, every session is cut and Serve returns after their goroutines ended;
+// after Shutdown it returns at once and Shutdown drains.
+func (e *Edge) Serve(ctx context.Context) error {
+	e.mu.Lock()
+	ln := e.ln
+	e.mu.Unlock()
+	if ln == nil {
+		return errors.New("quicfront: edge Serve called before Listen")
+	}
+	watchDone := make(chan struct{})
+	defer close(watchDone)
+	go func() {
+		select {
+		case <-ctx.Done():
+			_ = ln.Close()
+		case <-e.stopped:
+		case <-watchDone:
+		}
+	}()
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			if ctx.Err() != nil {
+				e.stop()
+				e.cutAll()
+				e.wg.Wait()
+				return nil
+			}
+			select {
+			case <-e.stopped:
+				return nil
+			default:
+			}
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				continue
+			}
+			e.stop()
+			e.cutAll()
+			e.wg.Wait()
+			return fmt.Errorf("quicfront: edge accept: %w", err)
+		}
+		s := &edgeSession{tcp: c}
+		e.mu.Lock()
+		if e.draining {
+			e.mu.Unlock()
+			_ = c.Close()
+			continue
+		}
+		e.active[s] = struct{}{}
+		e.wg.Add(1)
+		e.mu.Unlock()
+		e.sessions.Inc()
+		e.sessionsTotal.Inc()
+		go e.run(s)
+	}
+}
+
+// run proxies one local client.
+func (e *Edge) run(s *edgeSession) {
+	defer func() {
+		e.mu.Lock()
+		delete(e.active, s)
+		e.mu.Unlock()
+		e.sessions.Dec()
+		e.wg.Done()
+	}()
+	defer s.tcp.Close()
+	log := e.log.With("client", s.tcp.RemoteAddr().String())
+
+	packets, code, err := e.readFirst(s.tcp)
+	if err != nil {
+		log.Debug("edge: no usable startup packet", "err", err)
+		return
+	}
+	ctx, cancel := context.WithTimeout(e.baseCtx, e.cfg.StartupTimeout)
+	nc, err := e.cfg.Dialer.Dial(ctx)
+	cancel()
+	if err != nil {
+		e.dialErrors.Inc()
+		log.Warn("edge: cannot open a stream to the pooler", "err", err)
+		if code != cancelRequestCode {
+			e.sendError(s.tcp, err)
+		}
+		return
+	}
+	str := nc.(*streamConn)
+	e.mu.Lock()
+	s.str = str
+	cut := e.baseCtx.Err() != nil
+	e.mu.Unlock()
+	if cut {
+		str.abort(ErrCodeAborted)
+		return
+	}
+	if _, err := str.Write(packets); err != nil {
+		str.abort(ErrCodeAborted)
+		log.Debug("edge: forwarding startup packet failed", "err", err)
+		return
+	}
+	e.pipe(s.tcp, str)
+}
+
+// pipe copies both ways until both directions ended. A clean end of one
+// direction is passed on as a half-close (TCP EOF becomes the stream's FIN,
+// the stream's EOF becomes TCP's FIN); an error in either direction aborts
+// both.
+func (e *Edge) pipe(tcp net.Conn, str *streamConn) {
+	errc := make(chan error, 2)
+	go func() {
+		_, err := io.Copy(str, tcp)
+		if err == nil {
+			err = str.CloseWrite()
+		}
+		errc <- err
+	}()
+	go func() {
+		_, err := io.Copy(tcp, str)
+		if err == nil {
+			if cw, ok := tcp.(interface{ CloseWrite() error }); ok {
+				err = cw.CloseWrite()
+			}
+		}
+		errc <- err
+	}()
+	var failed error
+	for range 2 {
+		if err := <-errc; err != nil && failed == nil {
+			failed = err
+			// Abort both sides so the other copy ends too.
+			str.abort(ErrCodeAborted)
+			_ = tcp.Close()
+		}
+	}
+	if failed == nil {
+		_ = str.Close()
+	} else {
+		e.log.Debug("edge: session aborted", "err", failed)
+	}
+}
+
+// readFirst reads the client's first packet, answering SSLRequest and
+// GSSENCRequest with 'N' locally, and returns the packets to forward with
+// the request code of the last one.
+func (e *Edge) readFirst(c net.Conn) ([]byte, uint32, error) {
+	if err := c.SetReadDeadline(time.Now().Add(e.cfg.StartupTimeout)); err != nil {
+		return nil, 0, err
+	}
+	// A client may try GSSENCRequest, then SSLRequest, then start up.
+	for range 3 {
+		pkt, err := readStartupPacket(c)
+		if err != nil {
+			return nil, 0, err
+		}
+		code := binary.BigEndian.Uint32(pkt[4:8])
+		if code == sslRequestCode || code == gssEncRequestCode {
+			if _, err := c.Write([]byte{'N'}); err != nil {
+				return nil, 0, fmt.Errorf("answer encryption request: %w", err)
+			}
+			continue
+		}
+		if err := c.SetReadDeadline(time.Time{}); err != nil {
+			return nil, 0, err
+		}
+		return pkt, code, nil
+	}
+	return nil, 0, errors.New("too many encryption requests")
+}
+
+// readStartupPacket reads one length-prefixed startup-phase packet.
+func readStartupPacket(r io.Reader) ([]byte, error) {
+	var hdr [4]byte
+	if _, err := io.ReadFull(r, hdr[:]); err != nil {
+		return nil, fmt.Errorf("read startup packet length: %w", err)
+	}
+	n := binary.BigEndian.Uint32(hdr[:])
+	if n < 8 || n > maxStartupPacket {
+		return nil, fmt.Errorf("invalid startup packet length %d", n)
+	}
+	pkt := make([]byte, n)
+	copy(pkt, hdr[:])
+	if _, err := io.ReadFull(r, pkt[4:]); err != nil {
+		return nil, fmt.Errorf("read startup packet: %w", err)
+	}
+	return pkt, nil
+}
+
+// sendError tells a libpq client why its session cannot start, as a FATAL
+// ErrorResponse with SQLSTATE 08006 (connection failure).
+func (e *Edge) sendError(c net.Conn, cause error) {
+	msg := &pgproto3.ErrorResponse{Severity: "FATAL", SeverityUnlocalized: "FATAL", Code: "08006",
+		Message: "pgquic edge: cannot reach the pooler over QUIC: " + cause.Error()}
+	buf, err := msg.Encode(nil)
+	if err != nil {
+		return
+	}
+	_ = c.SetWriteDeadline(time.Now().Add(time.Second))
+	_, _ = c.Write(buf)
+}
+
+// stop marks the edge draining and closes the listener.
+func (e *Edge) stop() {
+	e.mu.Lock()
+	if !e.draining {
+		e.draining = true
+		close(e.stopped)
+	}
+	ln := e.ln
+	e.mu.Unlock()
+	if ln != nil {
+		_ = ln.Close()
+	}
+}
+
+// cutAll aborts every running session.
+func (e *Edge) cutAll() {
+	e.baseCancel()
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for s := range e.active {
+		_ = s.tcp.Close()
+		if s.str != nil {
+			s.str.abort(ErrCodeAborted)
+		}
+	}
+}
+
+// Shutdown stops accepting local clients and waits for running sessions to
+// end. When ctx expires first, the remaining sessions are cut and Shutdown
+// returns ctx's error after their goroutines ended.
+func (e *Edge) Shutdown(ctx context.Context) error {
+	e.stop()
+	done := make(chan struct{})
+	go func() {
+		e.wg.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+		e.baseCancel()
+		return nil
+	case <-ctx.Done():
+		e.cutAll()
+		<-done
+		return fmt.Errorf("quicfront: edge shutdown grace period over: %w", ctx.Err())
+	}
+}

@@ -1,0 +1,579 @@
+package quicfront
+
+import (
+	"context"
+	"crypto/tls"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/quic-go/quic-go"
+
+	"github.com/pgquic/pgquic/pooler"
+)
+
+// Handler runs one PostgreSQL session to completion and closes rwc.
+// *pooler.Pooler implements it; the fronts (QUIC here, TCP in tcpfront) only
+// move bytes and describe the peer.
+type Handler interface {
+	Serve(ctx context.Context, rwc io.ReadWriteCloser, peer pooler.Peer) error
+}
+
+// Defaults of ServerConfig, applied to zero fields.
+const (
+	DefaultMaxConns             = 1000
+	DefaultMaxStreamsPerConn    = 1000
+	DefaultStreamStartupTimeout = 10 * time.Second
+	DefaultIdleTimeout          = 60 * time.Second
+	DefaultKeepAlivePeriod      = 15 * time.Second
+)
+
+// minStreamsPerConn is the least stream credit a server grants: clients
+// multiplex hundreds of sessions over a few connections, and quic-go's
+// default of 100 would make them queue in OpenStreamSync.
+const minStreamsPerConn = 1000
+
+// maxStartupPacket mirrors PostgreSQL's MAX_STARTUP_PACKET_LENGTH: a longer
+// first packet is a protocol violation the handler reports; the server only
+// waits for at most this many bytes before handing the stream over.
+const maxStartupPacket = 10000
+
+// ServerConfig configures the QUIC front end. Zero values take the defaults
+// named on each field.
+type ServerConfig struct {
+	// Addr is the UDP listen address, e.g. 127.0.0.1:6432. Required.
+	Addr string
+	// TLSConfig holds the server certificate. Nil generates a self-signed
+	// ECDSA certificate at start and logs its SHA-256 fingerprint, which
+	// clients pin. MinVersion is raised to TLS 1.3 and NextProtos set to ALPN.
+	TLSConfig *tls.Config
+	// ALPN is the application protocol clients must offer. Default "pgquic/1".
+	ALPN string
+	// MaxConns bounds concurrent QUIC connections; extra ones are closed with
+	// ErrCodeTooManyConns. Default 1000.
+	MaxConns int
+	// MaxStreamsPerConn is the concurrent stream credit per connection
+	// (quic MaxIncomingStreams). Default 1000; smaller values are refused.
+	MaxStreamsPerConn int
+	// StreamStartupTimeout is how long a new stream may take to deliver its
+	// whole first packet (startup packet); after it the stream is reset with
+	// ErrCodeStartupTimeout. Default 10s.
+	StreamStartupTimeout time.Duration
+	// IdleTimeout is quic MaxIdleTimeout: a connection without any packet for
+	// this long is dead. Default 60s.
+	IdleTimeout time.Duration
+	// KeepAlivePeriod sends a keep-alive when the connection is quiet for this
+	// long, well under IdleTimeout and typical UDP NAT timeouts. Default 15s;
+	// negative disables keep-alives.
+	KeepAlivePeriod time.Duration
+	// Allow0RTT accepts 0-RTT connections. Default false. Even when on, a
+	// stream's session starts only after the handshake completed, so nothing
+	// past the startup packet is processed on replayable data.
+	Allow0RTT bool
+}
+
+func (c *ServerConfig) populate() error {
+	if c.Addr == "" {
+		return errors.New("quicfront: ServerConfig.Addr is required")
+	}
+	if c.ALPN == "" {
+		c.ALPN = DefaultALPN
+	}
+	if c.MaxConns == 0 {
+		c.MaxConns = DefaultMaxConns
+	}
+	if c.MaxConns < 0 {
+		return fmt.Errorf("quicfront: MaxConns %d must be positive", c.MaxConns)
+	}
+	if c.MaxStreamsPerConn == 0 {
+		c.MaxStreamsPerConn = DefaultMaxStreamsPerConn
+	}
+	if c.MaxStreamsPerConn < minStreamsPerConn {
+		return fmt.Errorf("quicfront: MaxStreamsPerConn %d must be at least %d", c.MaxStreamsPerConn, minStreamsPerConn)
+	}
+	if c.StreamStartupTimeout == 0 {
+		c.StreamStartupTimeout = DefaultStreamStartupTimeout
+	}
+	if c.IdleTimeout == 0 {
+		c.IdleTimeout = DefaultIdleTimeout
+	}
+	if c.KeepAlivePeriod == 0 {
+		c.KeepAlivePeriod = DefaultKeepAlivePeriod
+	}
+	if c.KeepAlivePeriod < 0 {
+		c.KeepAlivePeriod = 0
+	}
+	if c.StreamStartupTimeout < 0 || c.IdleTimeout < 0 {
+		return errors.New("quicfront: timeouts must not be negative")
+	}
+	return nil
+}
+
+// serverMetrics are the pgquic_quic_* series.
+type serverMetrics struct {
+	conns         prometheus.Gauge
+	streams       prometheus.Gauge
+	streamsTotal  prometheus.Counter
+	connsRefused  prometheus.Counter
+	streamsFailed *prometheus.CounterVec
+}
+
+func newServerMetrics(reg prometheus.Registerer) (*serverMetrics, error) {
+	m := &serverMetrics{
+		conns: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "pgquic", Subsystem: "quic",
+			Name: "connections", Help: "QUIC connections currently open."}),
+		streams: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "pgquic", Subsystem: "quic",
+			Name: "streams", Help: "QUIC streams (sessions) currently open."}),
+		streamsTotal: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "pgquic", Subsystem: "quic",
+			Name: "streams_total", Help: "QUIC streams accepted."}),
+		connsRefused: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "pgquic", Subsystem: "quic",
+			Name: "conns_refused_total", Help: "QUIC connections refused because MaxConns was reached or the server was shutting down."}),
+		streamsFailed: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "pgquic", Subsystem: "quic",
+			Name: "streams_refused_total", Help: "QUIC streams reset before a session started, by reason."}, []string{"reason"}),
+	}
+	if reg != nil {
+		for _, c := range []prometheus.Collector{m.conns, m.streams, m.streamsTotal, m.connsRefused, m.streamsFailed} {
+			if err := reg.Register(c); err != nil {
+				return nil, fmt.Errorf("quicfront: register metrics: %w", err)
+			}
+		}
+	}
+	return m, nil
+}
+
+// Server is the QUIC front end: it accepts QUIC connections and runs every
+// client-initiated bidirectional stream as one PostgreSQL session through the
+// Handler.
+type Server struct {
+	cfg     ServerConfig
+	h       Handler
+	log     *slog.Logger
+	m       *serverMetrics
+	tlsConf *tls.Config
+	quicCfg *quic.Config
+	fp      string
+	srk     *quic.StatelessResetKey
+
+	// baseCtx is handed to sessions; it is canceled when Serve's context ends
+	// or Shutdown's grace period expires.
+	baseCtx    context.Context
+	baseCancel context.CancelFunc
+
+	mu       sync.Mutex
+	udp      *net.UDPConn
+	tr       *quic.Transport
+	ln       listener
+	conns    map[*serverConn]struct{}
+	draining bool
+	closed   bool
+	stopped  chan struct{} // closed when draining starts
+	connWG   sync.WaitGroup
+	sem      chan struct{}
+}
+
+// listener is what *quic.Listener and *quic.EarlyListener share.
+type listener interface {
+	Accept(context.Context) (*quic.Conn, error)
+	Close() error
+	Addr() net.Addr
+}
+
+// serverConn is the server's book-keeping for one QUIC connection.
+type serverConn struct {
+	conn   *quic.Conn
+	active int // sessions running; guarded by Server.mu
+}
+
+// NewServer validates cfg, fills its defaults and prepares TLS. logger nil
+// discards logs; reg nil skips metric registration.
+func NewServer(cfg ServerConfig, h Handler, logger *slog.Logger, reg prometheus.Registerer) (*Server, error) {
+	if h == nil {
+		return nil, errors.New("quicfront: nil Handler")
+	}
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	if err := cfg.populate(); err != nil {
+		return nil, err
+	}
+	m, err := newServerMetrics(reg)
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{cfg: cfg, h: h, log: logger, m: m, conns: map[*serverConn]struct{}{},
+		stopped: make(chan struct{}), sem: make(chan struct{}, cfg.MaxConns)}
+	s.baseCtx, s.baseCancel = context.WithCancel(context.Background())
+
+	var tc *tls.Config
+	if cfg.TLSConfig != nil {
+		tc = cfg.TLSConfig.Clone()
+	} else {
+		host, _, _ := net.SplitHostPort(cfg.Addr)
+		cert, err := GenerateSelfSigned(host)
+		if err != nil {
+			return nil, fmt.Errorf("quicfront: %w", err)
+		}
+		tc = &tls.Config{Certificates: []tls.Certificate{cert}}
+		logger.Info("QUIC server uses a generated self-signed certificate; clients must pin it",
+			"sha256", Fingerprint(cert.Certificate[0]))
+	}
+	tc.MinVersion = tls.VersionTLS13
+	tc.NextProtos = []string{cfg.ALPN}
+	if len(tc.Certificates) > 0 && len(tc.Certificates[0].Certificate) > 0 {
+		s.fp = Fingerprint(tc.Certificates[0].Certificate[0])
+		s.srk = statelessResetKey(&tc.Certificates[0])
+	} else if tc.GetCertificate == nil && tc.GetConfigForClient == nil {
+		return nil, errors.New("quicfront: TLSConfig has no certificate")
+	}
+	s.tlsConf = tc
+	s.quicCfg = &quic.Config{
+		MaxIncomingStreams:    int64(cfg.MaxStreamsPerConn),
+		MaxIncomingUniStreams: -1,
+		KeepAlivePeriod:       cfg.KeepAlivePeriod,
+		MaxIdleTimeout:        cfg.IdleTimeout,
+		Allow0RTT:             cfg.Allow0RTT,
+		EnableDatagrams:       false,
+	}
+	return s, nil
+}
+
+// Fingerprint returns the hex SHA-256 of the server's leaf certificate, the
+// value clients pin; it is empty when certificates come from a callback.
+func (s *Server) Fingerprint() string { return s.fp }
+
+// Listen binds the UDP socket, raises its buffers and starts the QUIC
+// listener. Serve must be called afterwards to accept connections.
+func (s *Server) Listen() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed || s.draining {
+		return ErrServerClosed
+	}
+	if s.ln != nil {
+		return errors.New("quicfront: Listen called twice")
+	}
+	uaddr, err := net.ResolveUDPAddr("udp", s.cfg.Addr)
+	if err != nil {
+		return fmt.Errorf("quicfront: resolve %s: %w", s.cfg.Addr, err)
+	}
+	udp, err := net.ListenUDP("udp", uaddr)
+	if err != nil {
+		return fmt.Errorf("quicfront: listen %s: %w", s.cfg.Addr, err)
+	}
+	raiseUDPBuffers(udp, s.log)
+	tr := &quic.Transport{Conn: udp, StatelessResetKey: s.srk}
+	var ln listener
+	if s.cfg.Allow0RTT {
+		ln, err = tr.ListenEarly(s.tlsConf, s.quicCfg)
+	} else {
+		ln, err = tr.Listen(s.tlsConf, s.quicCfg)
+	}
+	if err != nil {
+		_ = tr.Close()
+		_ = udp.Close()
+		return fmt.Errorf("quicfront: start QUIC listener: %w", err)
+	}
+	s.udp, s.tr, s.ln = udp, tr, ln
+	s.log.Info("QUIC front listening", "addr", udp.LocalAddr().String(), "alpn", s.cfg.ALPN)
+	return nil
+}
+
+// Addr returns the bound UDP address, or nil before Listen.
+func (s *Server) Addr() net.Addr {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.udp == nil {
+		return nil
+	}
+	return s.udp.LocalAddr()
+}
+
+// Serve accepts connections until ctx ends or Shutdown is called. On ctx end
+// it stops hard: sessions' contexts are canceled, every connection is closed
+// with ErrCodeServerShutdown and Serve returns once all goroutines ended. After
+// Shutdown it returns at once (nil) and Shutdown does the draining.
+func (s *Server) Serve(ctx context.Context) error {
+	s.mu.Lock()
+	ln := s.ln
+	closed := s.closed || s.draining
+	s.mu.Unlock()
+	if ln == nil {
+		return errors.New("quicfront: Serve called before Listen")
+	}
+	if closed {
+		return ErrServerClosed
+	}
+	acceptCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		select {
+		case <-s.stopped:
+			cancel()
+		case <-acceptCtx.Done():
+		}
+	}()
+	for {
+		conn, err := ln.Accept(acceptCtx)
+		if err != nil {
+			if ctx.Err() != nil {
+				s.forceClose()
+				return nil
+			}
+			select {
+			case <-s.stopped:
+				return nil
+			default:
+			}
+			s.forceClose()
+			return fmt.Errorf("quicfront: accept: %w", err)
+		}
+		s.admit(conn)
+	}
+}
+
+// admit registers conn or refuses it; it never blocks, so the accept queue
+// (32 connections in quic-go) keeps moving.
+func (s *Server) admit(conn *quic.Conn) {
+	s.mu.Lock()
+	if s.draining || s.closed {
+		s.mu.Unlock()
+		s.m.connsRefused.Inc()
+		_ = conn.CloseWithError(ErrCodeServerShutdown.app(), "server shutting down")
+		return
+	}
+	select {
+	case s.sem <- struct{}{}:
+	default:
+		s.mu.Unlock()
+		s.m.connsRefused.Inc()
+		s.log.Warn("QUIC connection refused: MaxConns reached", "remote", conn.RemoteAddr().String(), "max_conns", s.cfg.MaxConns)
+		_ = conn.CloseWithError(ErrCodeTooManyConns.app(), "too many connections")
+		return
+	}
+	sc := &serverConn{conn: conn}
+	s.conns[sc] = struct{}{}
+	s.connWG.Add(1)
+	s.mu.Unlock()
+	s.m.conns.Inc()
+	go s.runConn(sc)
+}
+
+// runConn accepts the connection's streams until the connection ends, then
+// waits for its sessions. It owns the connection's MaxConns slot.
+func (s *Server) runConn(sc *serverConn) {
+	var streamWG sync.WaitGroup
+	defer func() {
+		streamWG.Wait()
+		s.mu.Lock()
+		delete(s.conns, sc)
+		s.mu.Unlock()
+		<-s.sem
+		s.m.conns.Dec()
+		s.connWG.Done()
+	}()
+	conn := sc.conn
+	log := s.log.With("remote", conn.RemoteAddr().String())
+	log.Debug("QUIC connection accepted")
+	for {
+		str, err := conn.AcceptStream(conn.Context())
+		if err != nil {
+			log.Debug("QUIC connection ended", "cause", context.Cause(conn.Context()))
+			return
+		}
+		sconn := newStreamConn(str, conn, nil)
+		s.mu.Lock()
+		if s.draining || s.closed {
+			s.mu.Unlock()
+			s.m.streamsFailed.WithLabelValues("shutdown").Inc()
+			sconn.abort(ErrCodeServerShutdown)
+			continue
+		}
+		sc.active++
+		s.mu.Unlock()
+		s.m.streams.Inc()
+		s.m.streamsTotal.Inc()
+		streamWG.Add(1)
+		go func() {
+			defer streamWG.Done()
+			s.runStream(sc, sconn, log)
+		}()
+	}
+}
+
+// runStream waits for the startup packet, then runs the session.
+func (s *Server) runStream(sc *serverConn, c *streamConn, log *slog.Logger) {
+	defer func() {
+		s.m.streams.Dec()
+		s.mu.Lock()
+		sc.active--
+		closeNow := sc.active == 0 && (s.draining || s.closed)
+		s.mu.Unlock()
+		if closeNow {
+			_ = sc.conn.CloseWithError(ErrCodeServerShutdown.app(), "server shutting down")
+		}
+	}()
+	if err := s.awaitStartup(c); err != nil {
+		var ne net.Error
+		switch {
+		case errors.As(err, &ne) && ne.Timeout():
+			s.m.streamsFailed.WithLabelValues("startup_timeout").Inc()
+			log.Debug("QUIC stream reset: no startup packet in time", "stream", c.str.StreamID(), "timeout", s.cfg.StreamStartupTimeout)
+			c.abort(ErrCodeStartupTimeout)
+		case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
+			s.m.streamsFailed.WithLabelValues("eof").Inc()
+			_ = c.Close()
+		default:
+			s.m.streamsFailed.WithLabelValues("reset").Inc()
+			_ = c.Close() // the peer reset or the connection died: Close cancels our write side too
+		}
+		return
+	}
+	// 0-RTT: the session starts only once the handshake is complete.
+	select {
+	case <-sc.conn.HandshakeComplete():
+	case <-sc.conn.Context().Done():
+		_ = c.Close()
+		return
+	}
+	peer := pooler.Peer{Addr: sc.conn.RemoteAddr(), Transport: "quic", Secure: true}
+	if err := s.h.Serve(s.baseCtx, c, peer); err != nil {
+		log.Debug("QUIC session ended with error", "stream", c.str.StreamID(), "err", err)
+	}
+	// The handler closes rwc; closing again is a no-op and guarantees the
+	// stream's credit is released even if it did not.
+	_ = c.Close()
+}
+
+// awaitStartup blocks until the stream holds a whole first packet (or
+// maxStartupPacket bytes), without consuming anything, or the startup
+// timeout passes.
+func (s *Server) awaitStartup(c *streamConn) error {
+	if err := c.str.SetReadDeadline(time.Now().Add(s.cfg.StreamStartupTimeout)); err != nil {
+		return err
+	}
+	var hdr [4]byte
+	if _, err := c.str.Peek(hdr[:]); err != nil {
+		if errors.Is(err, io.EOF) {
+			return io.ErrUnexpectedEOF
+		}
+		return err
+	}
+	n := int(binary.BigEndian.Uint32(hdr[:]))
+	if n > 4 {
+		if n > maxStartupPacket {
+			n = maxStartupPacket // the handler rejects it; no need to wait for more
+		}
+		buf := make([]byte, n)
+		if _, err := c.str.Peek(buf); err != nil && !errors.Is(err, io.EOF) {
+			return err
+		}
+	}
+	return c.str.SetReadDeadline(time.Time{})
+}
+
+// Shutdown stops accepting connections and streams (new streams are reset
+// with ErrCodeServerShutdown), lets running sessions finish and closes each
+// connection with ErrCodeServerShutdown once it has no session left. When ctx
+// expires first, sessions' contexts are canceled and all connections closed;
+// Shutdown then waits for the goroutines and returns ctx's error.
+func (s *Server) Shutdown(ctx context.Context) error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	if !s.draining {
+		s.draining = true
+		close(s.stopped)
+	}
+	ln := s.ln
+	var idle []*quic.Conn
+	for sc := range s.conns {
+		if sc.active == 0 {
+			idle = append(idle, sc.conn)
+		}
+	}
+	n := len(s.conns)
+	s.mu.Unlock()
+	s.log.Info("QUIC front shutting down", "connections", n)
+	if ln != nil {
+		_ = ln.Close()
+	}
+	for _, c := range idle {
+		_ = c.CloseWithError(ErrCodeServerShutdown.app(), "server shutting down")
+	}
+	done := make(chan struct{})
+	go func() {
+		s.connWG.Wait()
+		close(done)
+	}()
+	var err error
+	select {
+	case <-done:
+	case <-ctx.Done():
+		err = fmt.Errorf("quicfront: shutdown grace period over, closing connections: %w", ctx.Err())
+		s.log.Warn("QUIC front: grace period over, closing remaining connections")
+		s.closeConns()
+		<-done
+	}
+	s.closeTransport()
+	return err
+}
+
+// forceClose ends everything now: used when Serve's context ends.
+func (s *Server) forceClose() {
+	s.mu.Lock()
+	if !s.draining {
+		s.draining = true
+		close(s.stopped)
+	}
+	ln := s.ln
+	s.mu.Unlock()
+	if ln != nil {
+		_ = ln.Close()
+	}
+	s.closeConns()
+	s.connWG.Wait()
+	s.closeTransport()
+}
+
+// closeConns cancels sessions and closes every connection.
+func (s *Server) closeConns() {
+	s.baseCancel()
+	s.mu.Lock()
+	conns := make([]*quic.Conn, 0, len(s.conns))
+	for sc := range s.conns {
+		conns = append(conns, sc.conn)
+	}
+	s.mu.Unlock()
+	var wg sync.WaitGroup
+	for _, c := range conns {
+		wg.Go(func() { _ = c.CloseWithError(ErrCodeServerShutdown.app(), "server shutting down") })
+	}
+	wg.Wait()
+}
+
+// closeTransport releases the UDP socket once; the server cannot be reused.
+func (s *Server) closeTransport() {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return
+	}
+	s.closed = true
+	tr, udp := s.tr, s.udp
+	s.mu.Unlock()
+	s.baseCancel()
+	if tr != nil {
+		_ = tr.Close()
+	}
+	if udp != nil {
+		_ = udp.Close()
+	}
+}
