@@ -112,7 +112,8 @@ type Config struct {
 	QUICMaxConns int `yaml:"quic_max_conns"`
 
 	// QUICMaxStreams bounds the concurrent streams (sessions) of one QUIC
-	// connection. Default: 1000.
+	// connection. The QUIC front refuses values below 1000, since clients
+	// multiplex hundreds of sessions per connection. Default: 1000.
 	QUICMaxStreams int `yaml:"quic_max_streams"`
 
 	// Auth selects how clients authenticate to the pooler.
@@ -187,8 +188,9 @@ type Database struct {
 	// without User serves every user of the database. Default: any user.
 	User string `yaml:"user"`
 
-	// Backend is the PostgreSQL URL of the server. The client's user is
-	// used when the URL names none. Required.
+	// Backend is the PostgreSQL URL of the server. The pooler connects as
+	// the URL's user to the URL's database, whatever user the client
+	// authenticated as. Required.
 	Backend string `yaml:"backend"`
 
 	// PoolSize overrides the top-level pool_size for this route.

@@ -38,7 +38,7 @@ func TestGoodFiles(t *testing.T) {
 			RequireTLS:           true,
 			ALPN:                 "pgquic/test",
 			QUICMaxConns:         300,
-			QUICMaxStreams:       200,
+			QUICMaxStreams:       2000,
 			Auth:                 Auth{Method: "scram-sha-256", File: "/etc/pgquic/userlist.txt", TrustLoopbackOnly: true},
 			StartupTimeout:       5 * time.Second,
 			AcquireTimeout:       time.Minute,

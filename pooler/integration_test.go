@@ -540,6 +540,7 @@ func TestParameterTracking(t *testing.T) {
 	})
 	b := h.connectWith(ctx, t, func(c *pgx.ConnConfig) {
 		c.RuntimeParams["TimeZone"] = "America/New_York"
+		c.RuntimeParams["search_path"] = "pg_catalog, public"
 	})
 	check := func(conn *pgx.Conn, who, tz, app string) error {
 		var gotTZ, gotApp, gotPID string
@@ -572,6 +573,23 @@ func TestParameterTracking(t *testing.T) {
 			t.Fatalf("after SET round %d: %v", i, err)
 		}
 	}
+	// A SET undone by ROLLBACK, and a SET LOCAL, leave the client's value.
+	for _, sqls := range [][]string{
+		{"begin", "set application_name = 'rolled_back'", "rollback"},
+		{"begin", "set local application_name = 'local'", "commit"},
+	} {
+		for _, sql := range sqls {
+			if _, err := a.Exec(ctx, sql); err != nil {
+				t.Fatalf("%s: %v", sql, err)
+			}
+		}
+		if err := check(b, "B", "America/New_York", "bbb"); err != nil {
+			t.Fatal(err)
+		}
+		if err := check(a, "A", "UTC", "aaa"); err != nil {
+			t.Fatalf("after %v: %v", sqls, err)
+		}
+	}
 	// Timestamps render in the client's zone.
 	var sa, sb string
 	if err := a.QueryRow(ctx, "select '2024-01-01 12:00:00+00'::timestamptz::text").Scan(&sa); err != nil {
@@ -582,5 +600,17 @@ func TestParameterTracking(t *testing.T) {
 	}
 	if sa != "2024-01-01 12:00:00+00" || sb != "2024-01-01 07:00:00-05" {
 		t.Fatalf("timestamptz text: A %q, B %q", sa, sb)
+	}
+	// A parameter the server does not report follows its client too; a
+	// list-valued one must keep its list meaning (as in the startup packet).
+	var pa, pb string
+	if err := a.QueryRow(ctx, "show search_path").Scan(&pa); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.QueryRow(ctx, "show search_path").Scan(&pb); err != nil {
+		t.Fatal(err)
+	}
+	if pa != `"$user", public` || pb != "pg_catalog, public" {
+		t.Fatalf("search_path: A %q, B %q", pa, pb)
 	}
 }

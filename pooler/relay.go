@@ -137,7 +137,7 @@ func (s *session) relayOne(a *attachment) relayResult {
 			return relayMore
 		}
 		s.cwMu.Lock()
-		err = r.Forward(s.cw)
+		err = r.Forward(s.clientWriter())
 		s.cwMu.Unlock()
 		if err != nil {
 			s.relayWriteFailed(a, err)
@@ -215,7 +215,7 @@ func (s *session) relayOne(a *attachment) relayResult {
 		case 'S', 'E', 'Z':
 			err = writeFrame(s, typ, body)
 		default:
-			err = r.Forward(s.cw)
+			err = r.Forward(s.clientWriter())
 		}
 		s.cwMu.Unlock()
 		if err != nil {
@@ -272,6 +272,7 @@ func (s *session) emitSynthetic(a *attachment) {
 func (s *session) finishRelease(a *attachment) {
 	s.wmu.Lock()
 	s.wmu.Unlock() //nolint:staticcheck // waits for the owner's in-flight flush
+	s.busy.Store(false)
 	if !a.clientGone.Load() {
 		if err := s.flushClient(); err != nil {
 			a.clientGone.Store(true)
@@ -320,6 +321,7 @@ func (s *session) serverLost(a *attachment, err error) {
 	a.released = true
 	a.destroy = true
 	gone := a.clientGone.Load() || a.closing
+	s.busy.Store(false)
 	s.mu.Unlock()
 	if !gone {
 		pe := fatal(codeConnectionFailure, "server connection lost", errors.Join(ErrServerLost, err))
@@ -372,7 +374,7 @@ func (s *session) noteParameter(a *attachment, body []byte, quiet bool) {
 // writeFrame writes a decoded message back out; cwMu must be held.
 func writeFrame(s *session, typ byte, body []byte) error {
 	n := uint32(len(body) + 4)
-	w := s.cw
+	w := s.clientWriter()
 	_ = w.WriteByte(typ)
 	_ = w.WriteByte(byte(n >> 24))
 	_ = w.WriteByte(byte(n >> 16))

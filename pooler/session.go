@@ -62,7 +62,8 @@ type session struct {
 	scratch  []byte
 
 	cwMu sync.Mutex
-	cw   *bufio.Writer
+	cw   *bufio.Writer // nil while idle (see flushClient)
+	busy atomic.Bool   // a server connection is attached: keep cw
 
 	wmu sync.Mutex
 
@@ -82,7 +83,6 @@ func newSession(p *Pooler, rwc io.ReadWriteCloser, peer Peer) *session {
 		peer: peer,
 		rwc:  rwc,
 		cr:   wire.NewReader(rwc, clientReadBuf, p.cfg.MaxMessageLen),
-		cw:   bufio.NewWriterSize(rwc, clientWriteBuf),
 	}
 	s.log = p.log.With("transport", peer.Transport)
 	if peer.Addr != nil {
@@ -96,7 +96,9 @@ func (s *session) setStream(rwc io.ReadWriteCloser) {
 	s.rwc = rwc
 	s.cr.Reset(rwc)
 	s.cwMu.Lock()
-	s.cw.Reset(rwc)
+	if s.cw != nil {
+		s.cw.Reset(rwc)
+	}
 	s.cwMu.Unlock()
 }
 
@@ -339,6 +341,7 @@ func (s *session) startAttachment(conn *backend.Conn) *attachment {
 	}
 	a := &attachment{conn: conn, st: st, status: 'I', done: make(chan struct{})}
 	s.att = a
+	s.busy.Store(true)
 	return a
 }
 
@@ -421,17 +424,43 @@ func (s *session) flushAll() error {
 	return s.flushClient()
 }
 
+// flushClient flushes the client writer. An idle session's writer goes back
+// to a shared pool, so thousands of idle sessions hold no write buffers.
 func (s *session) flushClient() error {
 	s.cwMu.Lock()
 	defer s.cwMu.Unlock()
-	return s.cw.Flush()
+	if s.cw == nil {
+		return nil
+	}
+	if err := s.cw.Flush(); err != nil {
+		return err
+	}
+	if !s.busy.Load() {
+		s.cw.Reset(nil)
+		writerPool.Put(s.cw)
+		s.cw = nil
+	}
+	return nil
+}
+
+// writerPool holds client write buffers between transactions.
+var writerPool = sync.Pool{New: func() any { return bufio.NewWriterSize(nil, clientWriteBuf) }}
+
+// clientWriter returns the client writer, taking one from the pool when the
+// session has none. cwMu must be held.
+func (s *session) clientWriter() *bufio.Writer {
+	if s.cw == nil {
+		s.cw = writerPool.Get().(*bufio.Writer)
+		s.cw.Reset(s.rwc)
+	}
+	return s.cw
 }
 
 // writeClient writes to the client buffer; callers hold s.mu when attached.
 func (s *session) writeClient(b []byte) error {
 	s.cwMu.Lock()
 	defer s.cwMu.Unlock()
-	_, err := s.cw.Write(b)
+	_, err := s.clientWriter().Write(b)
 	return err
 }
 

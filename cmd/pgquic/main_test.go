@@ -3,6 +3,9 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/pem"
 	"errors"
 	"flag"
 	"fmt"
@@ -271,7 +274,7 @@ func TestServeTCPAndQUIC(t *testing.T) {
 	}()
 	var edgeAddr string
 	waitFor(t, func() bool {
-		_, after, ok := strings.Cut(edgeLogs.String(), "pgquic edge ready listen=")
+		_, after, ok := strings.Cut(edgeLogs.String(), `msg="pgquic edge ready" listen=`)
 		edgeAddr, _, _ = strings.Cut(after, " ")
 		return ok
 	})
@@ -364,6 +367,75 @@ func TestServeEmbeddedPostgres(t *testing.T) {
 	}
 	if _, err := os.Stat(dataDir); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("throwaway data directory %s still there after shutdown (%v)", dataDir, err)
+	}
+}
+
+// TestServeWithCertificate checks that --tls-cert/--tls-key feed both
+// fronts: TCP upgrades after SSLRequest and QUIC presents the same
+// certificate, verified through a CA file.
+func TestServeWithCertificate(t *testing.T) {
+	cluster := pgtest.New(t, pgtest.Options{})
+	dir := t.TempDir()
+	cert, err := quicfront.GenerateSelfSigned("127.0.0.1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	certFile, keyFile := filepath.Join(dir, "server.crt"), filepath.Join(dir, "server.key")
+	keyDER, err := x509.MarshalPKCS8PrivateKey(cert.PrivateKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	certPEM := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: cert.Certificate[0]})
+	if err := os.WriteFile(certFile, certPEM, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg := testConfig(cluster.SuperURL("postgres"))
+	cfg.TLSCert, cfg.TLSKey, cfg.RequireTLS = certFile, keyFile, true
+	cfg.MetricsListen = ""
+	srv, _, stop := startTestServer(t, cfg)
+
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	base := fmt.Sprintf("postgres://%s:%s@%s/postgres", cluster.SuperUser, cluster.SuperPassword, srv.tcp.Addr())
+	conn, err := pgconn.Connect(ctx, base+"?sslmode=verify-ca&sslrootcert="+certFile)
+	if err != nil {
+		t.Fatalf("TLS over TCP: %v", err)
+	}
+	if _, ok := conn.Conn().(*tls.Conn); !ok {
+		t.Errorf("TCP session is not TLS: %T", conn.Conn())
+	}
+	if _, err := conn.Exec(ctx, "SELECT 1").ReadAll(); err != nil {
+		t.Fatal(err)
+	}
+	conn.Close(ctx)
+	// require_tls: a plain client is refused.
+	if _, err := pgconn.Connect(ctx, base+"?sslmode=disable"); err == nil {
+		t.Error("plain TCP client accepted with require_tls")
+	}
+
+	dialer, err := quicfront.NewDialer(quicfront.DialerConfig{Addr: srv.quic.Addr().String(), CAFile: certFile}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dialer.Close()
+	pcfg, err := pgconn.ParseConfig(fmt.Sprintf("postgres://%s:%s@%s/postgres?sslmode=disable", cluster.SuperUser, cluster.SuperPassword, srv.quic.Addr()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pcfg.DialFunc = dialer.DialFunc()
+	qconn, err := pgconn.ConnectConfig(ctx, pcfg)
+	if err != nil {
+		t.Fatalf("QUIC with the configured certificate: %v", err)
+	}
+	if _, err := qconn.Exec(ctx, "SELECT 1").ReadAll(); err != nil {
+		t.Fatal(err)
+	}
+	qconn.Close(ctx)
+	if err := stop(); err != nil {
+		t.Fatal(err)
 	}
 }
 

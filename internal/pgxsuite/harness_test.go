@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -207,6 +208,9 @@ type suitePooler struct {
 	ca     string
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
+	// accepted counts client connections, so a test can prove its clients
+	// really went through the pooler.
+	accepted atomic.Int64
 }
 
 // startPooler starts a pooler in front of c and stops it in t.Cleanup.
@@ -289,6 +293,7 @@ func (sp *suitePooler) serve(ctx context.Context, ln net.Listener, transport str
 			if err != nil {
 				return
 			}
+			sp.accepted.Add(1)
 			peer := pooler.Peer{Addr: conn.RemoteAddr(), Transport: transport}
 			if tlsCfg != nil {
 				peer.StartTLS = func(ctx context.Context) (io.ReadWriteCloser, error) {

@@ -68,6 +68,11 @@ func TestPgbouncerTransactionMode(t *testing.T) {
 				"-timeout", "10m", "-run", "^TestPgbouncer", ".")
 			t.Logf("pgxsuite: pgbouncer tests through pgquic (transaction mode, %s): %s", tc.name, res.summary())
 			checkPgbouncerResult(t, res)
+			if n := sp.accepted.Load(); n == 0 {
+				t.Errorf("no client connected to the pooler")
+			} else {
+				t.Logf("pgxsuite: the pooler accepted %d client connections", n)
+			}
 		})
 	}
 }
@@ -129,7 +134,8 @@ func TestPgxFullSuiteSession(t *testing.T) {
 	})
 	poolerEnv := sp.endpoint().suiteEnv()
 	through := runPgxTests(ctx, t, pc, poolerEnv, filepath.Join(dir, "full-pgquic-session.jsonl"), args...)
-	t.Logf("pgxsuite: through pgquic (session mode): %s", through.summary())
+	t.Logf("pgxsuite: through pgquic (session mode): %s; the pooler accepted %d client connections",
+		through.summary(), sp.accepted.Load())
 
 	d := compare(direct, through)
 	confirmed, flaky := recheck(ctx, t, pc, dir, directEnv, poolerEnv, d.FailOnlyB)
