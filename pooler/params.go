@@ -62,7 +62,9 @@ func (s *session) syncParams(ctx context.Context, conn *backend.Conn) error {
 		st = newServerState()
 		conn.State = st
 	}
-	var q strings.Builder
+	// set_config takes the value exactly as a startup packet would, which a
+	// SET literal does not for list parameters such as search_path.
+	var sets, resets strings.Builder
 	var setUnreported map[string]string
 	for k, v := range s.desired {
 		if trackedReported[k] {
@@ -77,18 +79,29 @@ func (s *session) syncParams(ctx context.Context, conn *backend.Conn) error {
 			}
 			setUnreported[k] = v
 		}
-		fmt.Fprintf(&q, "SET %s TO %s;", quoteIdent(k), quoteLiteral(v))
+		if sets.Len() == 0 {
+			sets.WriteString("SELECT ")
+		} else {
+			sets.WriteString(", ")
+		}
+		fmt.Fprintf(&sets, "pg_catalog.set_config(%s, %s, false)", quoteLiteral(k), quoteLiteral(v))
 	}
 	var resetUnreported []string
 	for k := range st.set {
 		if _, ok := s.desired[k]; !ok {
-			fmt.Fprintf(&q, "RESET %s;", quoteIdent(k))
+			fmt.Fprintf(&resets, "RESET %s;", quoteIdent(k))
 			resetUnreported = append(resetUnreported, k)
 		}
 	}
-	if q.Len() == 0 {
+	if sets.Len() == 0 && resets.Len() == 0 {
 		return nil
 	}
+	q := sets.String()
+	if q != "" {
+		q += ";"
+	}
+	q += resets.String()
+	st.unnamedOK = false // a simple Query destroys the unnamed statement
 	nc := conn.NetConn()
 	deadline := time.Now().Add(s.p.cfg.AcquireTimeout)
 	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
@@ -97,7 +110,7 @@ func (s *session) syncParams(ctx context.Context, conn *backend.Conn) error {
 	_ = nc.SetDeadline(deadline)
 	defer func() { _ = nc.SetDeadline(time.Time{}) }()
 
-	if _, err := conn.W.Write(appendQuery(nil, q.String())); err != nil {
+	if _, err := conn.W.Write(appendQuery(nil, q)); err != nil {
 		return fatal(codeConnectionFailure, "server connection lost", err)
 	}
 	if err := conn.W.Flush(); err != nil {

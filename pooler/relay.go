@@ -36,6 +36,11 @@ type entry struct {
 	unnamed   bool   // a Parse of the unnamed statement
 	synthetic []byte // eSynthetic: bytes to write
 	rfq       bool   // eSynthetic: follow with ReadyForQuery(current status)
+
+	// A client's Parse of a named statement: the name to drop again if the
+	// server rejects or skips the Parse, as PostgreSQL would not create it.
+	clientName string
+	cst        *stmt
 }
 
 // attachment is a server connection lent to a session. Its fields are
@@ -159,7 +164,10 @@ func (s *session) relayOne(a *attachment) relayResult {
 			pop = true
 		}
 	case '2': // BindComplete
-		pop = head != nil && head.kind == eBind
+		if head != nil && head.kind == eBind {
+			forward = forward && !head.injected
+			pop = true
+		}
 	case '3': // CloseComplete
 		if head != nil && head.kind == eClose {
 			forward = forward && !head.injected
@@ -187,6 +195,9 @@ func (s *session) relayOne(a *attachment) relayResult {
 				for e := a.front(); e != nil && e.kind != eSync && e.kind != eQuery && e.kind != eFunc; e = a.front() {
 					if e.kind == eParse {
 						a.st.forget(e)
+					}
+					if e.clientName != "" && s.stmts[e.clientName] == e.cst {
+						delete(s.stmts, e.clientName)
 					}
 					a.pop()
 				}

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -53,7 +54,6 @@ type session struct {
 	database string
 	pool     *backend.Pool
 	desired  map[string]string // parameter values the client believes are in effect
-	stmts    map[string]*stmt  // the client's named prepared statements (transaction mode)
 	unnamed  *stmt             // the client's unnamed statement, for replay
 	skipping bool              // dropping messages until Sync after an error the pooler raised
 	lastSync bool              // the last client message was Sync, Query, FunctionCall, CopyDone or CopyFail
@@ -68,6 +68,7 @@ type session struct {
 	wmu sync.Mutex
 
 	mu       sync.Mutex
+	stmts    map[string]*stmt // the client's named prepared statements (transaction mode)
 	att      *attachment
 	draining bool
 	killed   bool
@@ -361,13 +362,43 @@ func (s *session) raise(err error, simple bool) error {
 	if err := s.cr.Skip(); err != nil {
 		return err
 	}
+	if !simple {
+		s.skipping = true
+	}
+	if a := s.current(); a != nil {
+		// A server is attached, maybe inside a transaction block: let the
+		// server raise the error, so the transaction is aborted and the
+		// rest of the pipeline skipped exactly as PostgreSQL would.
+		defer s.mu.Unlock()
+		return s.serverRaise(a, pe)
+	}
 	out := pe.encode(nil)
 	if simple {
 		out = append(out, readyForQuery('I')...)
-	} else {
-		s.skipping = true
 	}
-	return s.respond(out, false)
+	return s.writeClientLocal(out)
+}
+
+// serverRaise makes the attached server raise pe, through an anonymous DO
+// block whose Parse and Bind replies are swallowed; the client sees the
+// ErrorResponse of the Execute. s.mu must be held.
+func (s *session) serverRaise(a *attachment, pe *PGError) error {
+	msg := strings.ReplaceAll(pe.Message, "$pgquic$", "")
+	sql := "DO $pgquic$BEGIN RAISE EXCEPTION USING ERRCODE = " + quoteLiteral(pe.Code) +
+		", MESSAGE = " + quoteLiteral(msg) + "; END$pgquic$"
+	f := wire.AppendHeader(nil, 'P', 1+len(sql)+1+2)
+	f = append(f, 0)
+	f = append(f, sql...)
+	f = append(f, 0, 0, 0)
+	f = wire.AppendHeader(f, 'B', 1+1+2+2+2)
+	f = append(f, 0, 0, 0, 0, 0, 0, 0, 0)
+	f = wire.AppendHeader(f, 'E', 1+4)
+	f = append(f, 0, 0, 0, 0, 0)
+	a.push(entry{kind: eParse, injected: true, unnamed: true})
+	a.push(entry{kind: eBind, injected: true})
+	a.push(entry{kind: eExecute})
+	a.st.unnamedOK = false
+	return s.writeServer(a, f)
 }
 
 // respond writes a reply the pooler produced itself, in order with whatever
@@ -618,6 +649,7 @@ func (s *session) close() {
 			// Idle, in a transaction, or in session mode: roll back (and
 			// reset) quietly; the relay returns the connection once the
 			// server says it is idle.
+			a.st.unnamedOK = false // simple queries destroy the unnamed statement
 			var q []byte
 			if a.status != 'I' {
 				q = appendQuery(q, "ROLLBACK")

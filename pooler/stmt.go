@@ -201,31 +201,39 @@ func (s *session) handleParse(ctx context.Context) error {
 		s.mu.Unlock()
 		return err
 	}
-	if _, exists := s.stmts[name]; exists {
-		return s.raise(pgerr(codeDuplicatePStatement, fmt.Sprintf("prepared statement %q already exists", name), nil), false)
-	}
-	if len(s.stmts) >= s.p.cfg.ClientStatementLimit {
-		return s.raise(pgerr(codeInsufficientResource,
-			fmt.Sprintf("too many prepared statements (limit %d per client)", s.p.cfg.ClientStatementLimit), nil), false)
-	}
-	st := newStmt(serverStmtName(key), key)
-	if s.stmts == nil {
-		s.stmts = make(map[string]*stmt)
-	}
-	s.stmts[name] = st
 	a, err := s.attach(ctx)
 	if err != nil {
 		return s.raise(err, false)
 	}
+	if _, exists := s.stmts[name]; exists {
+		s.mu.Unlock()
+		return s.raise(pgerr(codeDuplicatePStatement, fmt.Sprintf("prepared statement %q already exists", name), nil), false)
+	}
+	if len(s.stmts) >= s.p.cfg.ClientStatementLimit {
+		s.mu.Unlock()
+		return s.raise(pgerr(codeInsufficientResource,
+			fmt.Sprintf("too many prepared statements (limit %d per client)", s.p.cfg.ClientStatementLimit), nil), false)
+	}
 	defer s.mu.Unlock()
+	st := newStmt(serverStmtName(key), key)
+	if s.stmts == nil {
+		s.stmts = make(map[string]*stmt)
+	}
+	// The name exists for the client only once the server accepts the
+	// Parse: the relay removes it again if the Parse fails or is skipped.
+	s.stmts[name] = st
 	if present, _ := a.st.lookup(st.name, st.key); present {
 		// The server already has it: answer ParseComplete in order.
-		return s.respondLocked(a, parseComplete)
+		if a.pending() > 0 {
+			a.push(entry{kind: eSynthetic, synthetic: parseComplete, clientName: name, cst: st})
+			return nil
+		}
+		return s.writeClient(parseComplete)
 	}
 	if err := s.ensureRoom(a); err != nil {
 		return err
 	}
-	a.push(entry{kind: eParse, stmt: st.name})
+	a.push(entry{kind: eParse, stmt: st.name, clientName: name, cst: st})
 	a.st.add(st.name, st.key)
 	return s.writeServer(a, st.parse)
 }
@@ -261,12 +269,12 @@ func (s *session) handleBind(ctx context.Context) error {
 	if !ok {
 		return fatal(codeProtocolViolation, "invalid Bind message", nil)
 	}
-	st := s.stmts[string(name)]
 	a, err := s.attach(ctx)
 	if err != nil {
 		return s.raise(err, false)
 	}
 	defer s.mu.Unlock()
+	st := s.stmts[string(name)]
 	switch {
 	case len(name) == 0:
 		if err := s.ensureUnnamed(a); err != nil {
@@ -317,15 +325,15 @@ func (s *session) handleDescribe(ctx context.Context) error {
 	if !ok || (kind != 'S' && kind != 'P') {
 		return fatal(codeProtocolViolation, "invalid Describe message", nil)
 	}
-	var st *stmt
-	if kind == 'S' && len(name) > 0 {
-		st = s.stmts[string(name)]
-	}
 	a, err := s.attach(ctx)
 	if err != nil {
 		return s.raise(err, false)
 	}
 	defer s.mu.Unlock()
+	var st *stmt
+	if kind == 'S' && len(name) > 0 {
+		st = s.stmts[string(name)]
+	}
 	if kind == 'S' {
 		if len(name) == 0 {
 			if err := s.ensureUnnamed(a); err != nil {
@@ -369,7 +377,9 @@ func (s *session) handleClose(ctx context.Context) error {
 		return fatal(codeProtocolViolation, "invalid Close message", nil)
 	}
 	if kind == 'S' && len(name) > 0 {
+		s.mu.Lock()
 		delete(s.stmts, string(name))
+		s.mu.Unlock()
 		return s.respond(closeComplete, false)
 	}
 	if kind == 'S' {
@@ -406,18 +416,25 @@ func (s *session) handleQuery(ctx context.Context) error {
 	}
 	switch verb, arg := classifyQuery(sql); verb {
 	case "deallocate":
-		if arg == "all" {
+		s.mu.Lock()
+		_, known := s.stmts[arg]
+		switch {
+		case arg == "all":
 			clear(s.stmts)
 			s.unnamed = nil
+			s.mu.Unlock()
 			return s.respond(commandComplete("DEALLOCATE ALL"), true)
-		}
-		if _, ok := s.stmts[arg]; ok {
+		case known:
 			delete(s.stmts, arg)
+			s.mu.Unlock()
 			return s.respond(commandComplete("DEALLOCATE"), true)
 		}
+		s.mu.Unlock()
 	case "discard all":
+		s.mu.Lock()
 		clear(s.stmts)
 		s.unnamed = nil
+		s.mu.Unlock()
 	}
 	a, err := s.attach(ctx)
 	if err != nil {

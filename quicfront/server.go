@@ -441,13 +441,38 @@ func (s *Server) runStream(sc *serverConn, c *streamConn, log *slog.Logger) {
 		_ = c.Close()
 		return
 	}
+	// The session's context also ends when the client is gone for good: its
+	// QUIC connection died, or it aborted the stream (STOP_SENDING with an
+	// error code). While a query runs the handler waits for the server, not
+	// for the client, so without this a lost client would hold its server
+	// connection until the query finished.
+	ctx, cancel := context.WithCancel(s.baseCtx)
+	defer cancel()
+	stopWatch := context.AfterFunc(c.str.Context(), func() {
+		if clientGone(sc.conn, context.Cause(c.str.Context())) {
+			cancel()
+		}
+	})
+	defer stopWatch()
 	peer := pooler.Peer{Addr: sc.conn.RemoteAddr(), Transport: "quic", Secure: true}
-	if err := s.h.Serve(s.baseCtx, c, peer); err != nil {
+	if err := s.h.Serve(ctx, c, peer); err != nil {
 		log.Debug("QUIC session ended with error", "stream", c.str.StreamID(), "err", err)
 	}
 	// The handler closes rwc; closing again is a no-op and guarantees the
 	// stream's credit is released even if it did not.
 	_ = c.Close()
+}
+
+// clientGone reports whether a stream's send side ended because the client
+// is gone: its connection died, or it sent STOP_SENDING with an error code.
+// A STOP_SENDING with ErrCodeNoError is how a client's Close ends a finished
+// session, and a local close is the session's own end; neither counts.
+func clientGone(conn *quic.Conn, cause error) bool {
+	if conn.Context().Err() != nil {
+		return true
+	}
+	var se *quic.StreamError
+	return errors.As(cause, &se) && se.Remote && se.ErrorCode != ErrCodeNoError.stream()
 }
 
 // awaitStartup blocks until the stream holds a whole first packet (or
