@@ -198,6 +198,10 @@ func (pm *poolMetrics) acquired(start time.Time) {
 		return
 	}
 	pm.acquires.Inc()
+	if start.IsZero() { // TryAcquire: no wait
+		pm.acquireWait.Observe(0)
+		return
+	}
 	pm.acquireWait.Observe(time.Since(start).Seconds())
 }
 

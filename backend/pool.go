@@ -187,11 +187,37 @@ func (p *Pool) Stat() Stats {
 // tried, so the caller never gets a dead connection from the pool; one idle
 // longer than HealthCheckAfter is checked with a round trip first.
 func (p *Pool) Acquire(ctx context.Context) (*Conn, error) {
-	start := time.Now()
-	p.waiting.Add(1)
-	defer p.waiting.Add(-1)
+	return p.acquire(ctx, false)
+}
+
+// TryAcquire is Acquire without waiting: it returns ErrNotAvailable at once
+// when no connection is idle and the pool is full. It lets a caller skip
+// setting up a deadline on the common, uncontended path.
+func (p *Pool) TryAcquire(ctx context.Context) (*Conn, error) {
+	return p.acquire(ctx, true)
+}
+
+// ErrNotAvailable is returned by TryAcquire when it would have to wait.
+var ErrNotAvailable = errors.New("backend: no idle server connection")
+
+func (p *Pool) acquire(ctx context.Context, try bool) (*Conn, error) {
+	var start time.Time
+	if !try {
+		start = time.Now()
+		p.waiting.Add(1)
+		defer p.waiting.Add(-1)
+	}
 	for {
-		res, err := p.pp.Acquire(ctx)
+		var res *puddle.Resource[*Conn]
+		var err error
+		if try {
+			res, err = p.pp.TryAcquire(ctx)
+			if errors.Is(err, puddle.ErrNotAvailable) {
+				return nil, ErrNotAvailable
+			}
+		} else {
+			res, err = p.pp.Acquire(ctx)
+		}
 		if err != nil {
 			return nil, p.acquireError(ctx, err)
 		}

@@ -3,6 +3,7 @@ package pooler
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -50,6 +51,30 @@ func (s *session) initDesired(defaults, startup map[string]string) {
 	for k, v := range startup {
 		s.desired[canonicalParam(k)] = v
 	}
+	s.paramKey = ""
+}
+
+// desiredKey serialises the desired parameters, so a server connection last
+// synced for identical settings (the usual case: many clients of one
+// application) needs no comparison at all.
+func (s *session) desiredKey() string {
+	if s.paramKey != "" {
+		return s.paramKey
+	}
+	keys := make([]string, 0, len(s.desired))
+	for k := range s.desired {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	var b strings.Builder
+	for _, k := range keys {
+		b.WriteString(k)
+		b.WriteByte(0)
+		b.WriteString(s.desired[k])
+		b.WriteByte(0)
+	}
+	s.paramKey = b.String()
+	return s.paramKey
 }
 
 // syncParams brings conn's parameters in line with what the client expects,
@@ -61,6 +86,9 @@ func (s *session) syncParams(ctx context.Context, conn *backend.Conn) error {
 	if st == nil {
 		st = newServerState()
 		conn.State = st
+	}
+	if key := s.desiredKey(); st.syncedKey == key {
+		return nil
 	}
 	// set_config takes the value exactly as a startup packet would, which a
 	// SET literal does not for list parameters such as search_path.
@@ -94,6 +122,7 @@ func (s *session) syncParams(ctx context.Context, conn *backend.Conn) error {
 		}
 	}
 	if sets.Len() == 0 && resets.Len() == 0 {
+		st.syncedKey = s.desiredKey()
 		return nil
 	}
 	q := sets.String()
@@ -134,8 +163,9 @@ func (s *session) syncParams(ctx context.Context, conn *backend.Conn) error {
 					conn.Params = make(map[string]string)
 				}
 				conn.Params[ps.Name] = ps.Value
-				if _, ok := s.desired[ps.Name]; ok {
+				if cur, ok := s.desired[ps.Name]; ok && cur != ps.Value {
 					s.desired[ps.Name] = ps.Value
+					s.paramKey = ""
 				}
 			}
 		case 'E':
@@ -165,6 +195,7 @@ func (s *session) syncParams(ctx context.Context, conn *backend.Conn) error {
 			for _, k := range resetUnreported {
 				delete(st.set, k)
 			}
+			st.syncedKey = s.desiredKey()
 			return nil
 		default:
 			if err := conn.R.Skip(); err != nil {

@@ -376,9 +376,13 @@ func (s *session) noteParameter(a *attachment, body []byte, quiet bool) {
 	if a.conn.Params == nil {
 		a.conn.Params = make(map[string]string)
 	}
-	a.conn.Params[ps.Name] = ps.Value
-	if !quiet && trackedReported[ps.Name] {
+	if a.conn.Params[ps.Name] != ps.Value {
+		a.conn.Params[ps.Name] = ps.Value
+		a.st.syncedKey = ""
+	}
+	if !quiet && trackedReported[ps.Name] && s.desired[ps.Name] != ps.Value {
 		s.desired[ps.Name] = ps.Value
+		s.paramKey = ""
 	}
 }
 

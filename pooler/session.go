@@ -54,6 +54,7 @@ type session struct {
 	database string
 	pool     *backend.Pool
 	desired  map[string]string // parameter values the client believes are in effect
+	paramKey string            // desired, serialised; "" when it must be recomputed
 	unnamed  *stmt             // the client's unnamed statement, for replay
 	skipping bool              // dropping messages until Sync after an error the pooler raised
 	lastSync bool              // the last client message was Sync, Query, FunctionCall, CopyDone or CopyFail
@@ -177,8 +178,7 @@ func (s *session) serveReplies() bool {
 		return false
 	}
 	if !s.lastSync {
-		a.relaying = true
-		go s.relay(a)
+		s.startRelay(a)
 		s.mu.Unlock()
 		return false
 	}
@@ -310,8 +310,19 @@ func (s *session) attach(ctx context.Context) (*attachment, error) {
 	return s.startAttachment(conn), nil
 }
 
+// startRelay starts the relay goroutine for a. s.mu must be held.
+func (s *session) startRelay(a *attachment) {
+	a.relaying = true
+	a.done = make(chan struct{})
+	go s.relay(a)
+}
+
 // acquireConn borrows a server connection, bounded by AcquireTimeout.
 func (s *session) acquireConn(ctx context.Context) (*backend.Conn, error) {
+	if conn, err := s.pool.TryAcquire(ctx); err == nil {
+		s.p.m.waitSeconds.Observe(0)
+		return conn, nil
+	}
 	start := time.Now()
 	actx, cancel := context.WithTimeout(ctx, s.p.cfg.AcquireTimeout)
 	defer cancel()
@@ -340,7 +351,15 @@ func (s *session) startAttachment(conn *backend.Conn) *attachment {
 		st = newServerState()
 		conn.State = st
 	}
-	a := &attachment{conn: conn, st: st, status: 'I', done: make(chan struct{})}
+	a := s.att
+	if a != nil && a.released && !a.relaying {
+		// Reuse the previous transaction's attachment (and its queue's
+		// memory): only the owner ever referenced it.
+		*a = attachment{queue: a.queue[:0]}
+	} else {
+		a = &attachment{}
+	}
+	a.conn, a.st, a.status = conn, st, 'I'
 	s.att = a
 	s.busy.Store(true)
 	return a
@@ -629,8 +648,7 @@ func (s *session) close() {
 		a.clientGone.Store(true)
 		a.closing = true
 		if !a.relaying {
-			a.relaying = true
-			go s.relay(a)
+			s.startRelay(a)
 		}
 		switch {
 		case a.pending() > 0 || s.killed:

@@ -58,7 +58,8 @@ type serverState struct {
 	unnamedKey string
 	unnamedOK  bool
 	set        map[string]string
-	poisoned   bool // state unknown (DISCARD ALL ran): destroy at release
+	syncedKey  string // parameters of the last session synced, serialised (see syncParams)
+	poisoned   bool   // state unknown (DISCARD ALL ran): destroy at release
 }
 
 type cachedStmt struct{ name, key string }
@@ -115,6 +116,7 @@ func (st *serverState) reset() {
 	st.lru.Init()
 	clear(st.byName)
 	clear(st.set)
+	st.syncedKey = ""
 	st.unnamedOK = false
 	st.poisoned = false
 }
