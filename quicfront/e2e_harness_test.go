@@ -232,8 +232,8 @@ func pgxConfig(t testing.TB, d *quicfront.Dialer) *pgx.ConnConfig {
 	return cfg
 }
 
-// pool is the single backend pool the wildcard route opened for the
-// postgres database and user.
+// poolStats sums the stats of the backend pools the wildcard route opened
+// (one here: database postgres, user postgres).
 func (e *e2eEnv) poolStats() backend.Stats {
 	var st backend.Stats
 	for _, p := range e.mgr.Pools() {

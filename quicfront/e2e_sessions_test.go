@@ -262,15 +262,29 @@ func sessionWork(ctx context.Context, conn *pgx.Conn, id int64) error {
 // CancelRequest on a fresh stream. It returns how long the query took and
 // checks that PostgreSQL reported query_canceled and that the session is
 // still usable afterwards.
+//
+// The sleep runs inside a transaction opened first, so the session already
+// holds a server connection when the cancel arrives: with every server
+// connection busy, a query still queued for one would not be canceled (the
+// pooler ignores a CancelRequest for a session with nothing running on a
+// server, see the report), and pgx would break the session after its
+// one-second deadline instead.
 func cancelSleep(ctx context.Context, conn *pgx.Conn) (time.Duration, error) {
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("begin: %w", err)
+	}
 	qctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
 	defer cancel()
 	t0 := time.Now()
-	_, err := conn.Exec(qctx, "select pg_sleep(5)")
+	_, err = tx.Exec(qctx, "select pg_sleep(5)")
 	elapsed := time.Since(t0)
 	var pe *pgconn.PgError
 	if !errors.As(err, &pe) || pe.Code != "57014" {
 		return elapsed, fmt.Errorf("pg_sleep under a 200ms context: got %v after %v, want SQLSTATE 57014", err, elapsed)
+	}
+	if err := tx.Rollback(ctx); err != nil {
+		return elapsed, fmt.Errorf("rollback after cancel: %w", err)
 	}
 	var one int
 	if err := conn.QueryRow(ctx, "select 1").Scan(&one); err != nil || one != 1 {

@@ -7,6 +7,9 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
+	"os"
+	"runtime"
 
 	"github.com/pgquic/pgquic/config"
 )
@@ -41,6 +44,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		fmt.Fprintf(stderr, "pgquic serve: %v\n", err)
 		return 2
 	}
+	setProcs(cfg.Procs, logger)
 	srv, err := startServer(ctx, cfg, logger)
 	if err != nil {
 		logger.Error("start failed", "err", err)
@@ -79,6 +83,7 @@ func parseServeFlags(args []string, stdout, stderr io.Writer) (*config.Config, e
 		logFormat   = fs.String("log-format", config.DefaultLogFormat, "log `format`: text or json")
 		maxClients  = fs.Int("max-client-conn", config.DefaultMaxClientConn, "maximum concurrent client sessions")
 		gracePeriod = fs.Duration("shutdown-grace", config.DefaultShutdownGrace, "how long shutdown waits for open transactions")
+		procs       = fs.Int("procs", 0, "OS threads running Go code (GOMAXPROCS); 0 means half the CPUs, at least 1")
 	)
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), serveUsage)
@@ -131,6 +136,8 @@ func parseServeFlags(args []string, stdout, stderr io.Writer) (*config.Config, e
 			cfg.MaxClientConn = *maxClients
 		case "shutdown-grace":
 			cfg.ShutdownGrace = *gracePeriod
+		case "procs":
+			cfg.Procs = *procs
 		}
 	})
 	cfg.ApplyDefaults()
@@ -168,3 +175,18 @@ func parseFlags(fs *flag.FlagSet, args []string, stdout io.Writer) error {
 // errUsage marks command-line errors whose message and usage text were
 // already printed.
 var errUsage = errors.New("usage error")
+
+// setProcs applies the procs setting: an explicit value, else the GOMAXPROCS
+// environment variable when set, else half the CPUs available (at least 1).
+// See config.Config.Procs for why fewer threads are faster for a pooler.
+func setProcs(procs int, logger *slog.Logger) {
+	switch {
+	case procs > 0:
+	case os.Getenv("GOMAXPROCS") != "":
+		return
+	default:
+		procs = max(1, runtime.GOMAXPROCS(0)/2)
+	}
+	runtime.GOMAXPROCS(procs)
+	logger.Debug("threads running Go code", "procs", procs)
+}

@@ -27,12 +27,18 @@ func TestMain(m *testing.M) {
 // fullEnv turns on the full-suite comparison, which takes many minutes.
 const fullEnv = "PGQUIC_PGX_FULL"
 
-// pgbouncerTests are pgx's tests for transaction poolers; each must run
-// and pass, not skip.
-var pgbouncerTests = []string{"TestPgbouncerQueryExecModes", "TestPgbouncerStatementCacheEviction"}
+// pgbouncerTests are pgx's tests that read PGX_TEST_PGBOUNCER_CONN_STRING,
+// by package; each must run and pass, not skip.
+var pgbouncerTests = []testKey{
+	{pgxModulePath, "TestPgbouncerQueryExecModes"},
+	{pgxModulePath, "TestPgbouncerStatementCacheEviction"},
+	{pgxModulePath + "/pgconn", "TestConnContextCanceledCancelsRunningQueryOnServer/pgbouncer"},
+}
 
 // TestPgbouncerTransactionMode runs pgx's TestPgbouncer* tests (pgx's
-// pgbouncer_test.go) through the pooler in transaction mode, set up like
+// pgbouncer_test.go) and the other test that reads
+// PGX_TEST_PGBOUNCER_CONN_STRING (pgconn's query cancellation on context
+// expiry) through the pooler in transaction mode, set up like
 // pgx's testsetup/pgbouncer.ini: two server connections for ten clients,
 // md5 client authentication, no client TLS. It runs once with the default
 // server-side statement cache and once with a cache of 8, so the pooler's
@@ -58,14 +64,17 @@ func TestPgbouncerTransactionMode(t *testing.T) {
 				logger:             fileLogger(t, filepath.Join(dir, "pooler-transaction-"+tc.name+".log")),
 			})
 			e := sp.endpoint()
+			// PGX_TEST_DATABASE serves the direct ("postgres") half of the
+			// pgconn test.
 			env := map[string]string{
+				"PGX_TEST_DATABASE": c.directEndpoint().suiteEnv()["PGX_TEST_DATABASE"],
 				"PGX_TEST_PGBOUNCER_CONN_STRING": fmt.Sprintf(
 					"host=%s port=%d user=pgx_md5 password=%s dbname=%s sslmode=disable", e.host, e.port, testPassword, testDB),
 			}
 			ctx, cancel := runContext(t, 15*time.Minute)
 			defer cancel()
 			res := runPgxTests(ctx, t, pc, env, filepath.Join(dir, "pgbouncer-"+tc.name+".jsonl"),
-				"-timeout", "10m", "-run", "^TestPgbouncer", ".")
+				"-timeout", "10m", "-run", "^(TestPgbouncer.*|TestConnContextCanceledCancelsRunningQueryOnServer)$", ".", "./pgconn")
 			t.Logf("pgxsuite: pgbouncer tests through pgquic (transaction mode, %s): %s", tc.name, res.summary())
 			checkPgbouncerResult(t, res)
 			if n := sp.accepted.Load(); n == 0 {
@@ -83,15 +92,14 @@ func checkPgbouncerResult(t *testing.T, res *suiteResult) {
 	if len(res.Tests) == 0 {
 		t.Fatalf("no test ran (exit: %v):\n%s", res.ExitErr, tailText(res.BuildErrors, 40))
 	}
-	for _, name := range pgbouncerTests {
-		k := testKey{pgxModulePath, name}
+	for _, k := range pgbouncerTests {
 		switch got := res.Tests[k]; got {
 		case "pass":
-			t.Logf("pgxsuite: %s: pass", name)
+			t.Logf("pgxsuite: %s: pass", k)
 		case "":
-			t.Errorf("%s did not run", name)
+			t.Errorf("%s did not run", k)
 		default:
-			t.Errorf("%s: %s\n%s", name, got, tailText(strings.Join(res.Output[k], ""), 60))
+			t.Errorf("%s: %s\n%s", k, got, tailText(strings.Join(res.Output[k], ""), 60))
 		}
 	}
 	if failed := res.with("fail"); len(failed) > 0 {
@@ -118,7 +126,15 @@ func TestPgxFullSuiteSession(t *testing.T) {
 	dir := outDir(t)
 	ctx, cancel := runContext(t, 90*time.Minute)
 	defer cancel()
-	args := []string{"-timeout", "20m", "./..."}
+	args := []string{"-timeout", "20m"}
+	if run := os.Getenv("PGQUIC_PGX_RUN"); run != "" {
+		args = append(args, "-run", run)
+	}
+	pkgs := "./..."
+	if p := os.Getenv("PGQUIC_PGX_PKG"); p != "" {
+		pkgs = p
+	}
+	args = append(args, pkgs)
 
 	directEnv := c.directEndpoint().suiteEnv()
 	direct := runPgxTests(ctx, t, pc, directEnv, filepath.Join(dir, "full-direct.jsonl"), args...)
