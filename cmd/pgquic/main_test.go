@@ -13,6 +13,7 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -411,6 +412,17 @@ func TestServeWithCertificate(t *testing.T) {
 		t.Fatal(err)
 	}
 	conn.Close(ctx)
+	// libpq's psql with sslmode=require, as users run it.
+	psqlPath, err := exec.LookPath("psql")
+	if err != nil && os.Getenv("CI") == "true" {
+		t.Fatalf("psql not found: %v", err)
+	}
+	if err == nil {
+		out, err := exec.CommandContext(ctx, psqlPath, base+"?sslmode=require", "-Atc", "select 'via psql'").CombinedOutput()
+		if err != nil || strings.TrimSpace(string(out)) != "via psql" {
+			t.Errorf("psql sslmode=require: %v: %s", err, out)
+		}
+	}
 	// require_tls: a plain client is refused.
 	if _, err := pgconn.Connect(ctx, base+"?sslmode=disable"); err == nil {
 		t.Error("plain TCP client accepted with require_tls")
