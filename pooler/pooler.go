@@ -153,6 +153,20 @@ func (p *Pooler) register(s *session) bool {
 	}
 }
 
+// rekey gives s the BackendKeyData of its server, unless another session
+// already uses that process ID (sessions on different servers).
+func (p *Pooler) rekey(s *session, pid uint32, key []byte) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if pid == 0 || p.sessions[pid] != nil {
+		return
+	}
+	delete(p.sessions, s.pid)
+	s.pid = pid
+	copy(s.secret[:], key)
+	p.sessions[pid] = s
+}
+
 func (p *Pooler) unregister(s *session) {
 	p.mu.Lock()
 	delete(p.sessions, s.pid)

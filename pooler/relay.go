@@ -53,6 +53,7 @@ type attachment struct {
 	status byte // last ReadyForQuery status
 
 	released   bool // the relay gave the connection back (or lost it)
+	skipping   bool // the server reported an error and skips messages until Sync
 	relaying   bool // a relay goroutine runs for this attachment
 	syncPoint  bool // the client's last forwarded message was Sync, Query, FunctionCall, CopyDone or CopyFail
 	closing    bool // the client left; return the connection once idle
@@ -61,7 +62,31 @@ type attachment struct {
 	done       chan struct{}
 }
 
-func (a *attachment) push(e entry) { a.queue = append(a.queue, e) }
+// push records the reply e's message will produce. While the server is
+// skipping messages after an error (until Sync), it produces none: the entry
+// is discarded at once. s.mu must be held.
+func (s *session) push(a *attachment, e entry) {
+	if a.skipping {
+		if e.kind != eSync {
+			s.discard(a, &e)
+			return
+		}
+		a.skipping = false
+	}
+	a.queue = append(a.queue, e)
+}
+
+// discard undoes what a message the server skipped would have done: a
+// replayed Parse did not prepare anything, a client's Parse did not create
+// its name. s.mu must be held.
+func (s *session) discard(a *attachment, e *entry) {
+	if e.kind == eParse {
+		a.st.forget(e)
+	}
+	if e.clientName != "" && s.stmts[e.clientName] == e.cst {
+		delete(s.stmts, e.clientName)
+	}
+}
 
 func (a *attachment) pending() int { return len(a.queue) - a.head }
 
@@ -191,15 +216,14 @@ func (s *session) relayOne(a *attachment) relayResult {
 		if err == nil && head != nil {
 			switch head.kind {
 			case eParse, eBind, eDescribe, eExecute, eClose:
-				// The server now skips everything up to Sync.
+				// The server now skips everything up to Sync, including
+				// messages the client has not sent yet (see push).
 				for e := a.front(); e != nil && e.kind != eSync && e.kind != eQuery && e.kind != eFunc; e = a.front() {
-					if e.kind == eParse {
-						a.st.forget(e)
-					}
-					if e.clientName != "" && s.stmts[e.clientName] == e.cst {
-						delete(s.stmts, e.clientName)
-					}
+					s.discard(a, e)
 					a.pop()
+				}
+				if a.front() == nil {
+					a.skipping = true
 				}
 			}
 		}
@@ -208,7 +232,16 @@ func (s *session) relayOne(a *attachment) relayResult {
 		if err == nil && len(body) == 1 {
 			a.status = body[0]
 		}
-		if head != nil && (head.kind == eSync || head.kind == eQuery || head.kind == eFunc) {
+		// ReadyForQuery ends a Sync, Query or FunctionCall. Anything queued
+		// before it got no reply of its own: drop it, so a tracking mistake
+		// can never leave the session waiting for a reply that will not come.
+		for e := a.front(); e != nil && e.kind != eSync && e.kind != eQuery && e.kind != eFunc; e = a.front() {
+			s.discard(a, e)
+			a.pop()
+		}
+		a.skipping = false
+		if head = a.front(); head != nil {
+			forward = !head.quiet
 			if head.reset {
 				a.st.reset()
 			}

@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgproto3"
 
 	"github.com/pgquic/pgquic/backend"
@@ -252,7 +253,7 @@ func (s *session) handleSync(ctx context.Context) error {
 		}
 		return s.writeClientLocal(readyForQuery('I'))
 	}
-	a.push(entry{kind: eSync})
+	s.push(a, entry{kind: eSync})
 	err := s.writeServer(a, nil)
 	s.mu.Unlock()
 	return err
@@ -265,7 +266,7 @@ func (s *session) forward(ctx context.Context, k entryKind) error {
 	if err != nil {
 		return s.raise(err, k == eQuery)
 	}
-	a.push(entry{kind: k})
+	s.push(a, entry{kind: k})
 	err = s.writeServer(a, nil)
 	s.mu.Unlock()
 	return err
@@ -338,6 +339,12 @@ func (s *session) acquireConn(ctx context.Context) (*backend.Conn, error) {
 		if ctx.Err() != nil {
 			return nil, fatal(codeAdminShutdown, "the pooler is shutting down", err)
 		}
+		var se *pgconn.PgError
+		if errors.As(err, &se) {
+			// The server refused the login (unknown role, database, too
+			// many connections...): pass its own error on.
+			return nil, &PGError{Severity: "ERROR", Code: se.Code, Message: se.Message, Detail: se.Detail, Hint: se.Hint, Err: err}
+		}
 		return nil, pgerr(codeConnectionFailure, "could not connect to the server", err)
 	}
 	return conn, nil
@@ -361,6 +368,11 @@ func (s *session) startAttachment(conn *backend.Conn) *attachment {
 	}
 	a.conn, a.st, a.status = conn, st, 'I'
 	s.att = a
+	if s.p.cfg.Mode == ModeSession {
+		// The server may speak at any time (NOTIFY, a FATAL on shutdown):
+		// in session mode a relay goroutine always listens.
+		s.startRelay(a)
+	}
 	s.busy.Store(true)
 	return a
 }
@@ -413,9 +425,9 @@ func (s *session) serverRaise(a *attachment, pe *PGError) error {
 	f = append(f, 0, 0, 0, 0, 0, 0, 0, 0)
 	f = wire.AppendHeader(f, 'E', 1+4)
 	f = append(f, 0, 0, 0, 0, 0)
-	a.push(entry{kind: eParse, injected: true, unnamed: true})
-	a.push(entry{kind: eBind, injected: true})
-	a.push(entry{kind: eExecute})
+	s.push(a, entry{kind: eParse, injected: true, unnamed: true})
+	s.push(a, entry{kind: eBind, injected: true})
+	s.push(a, entry{kind: eExecute})
 	a.st.unnamedOK = false
 	return s.writeServer(a, f)
 }
@@ -426,8 +438,8 @@ func (s *session) serverRaise(a *attachment, pe *PGError) error {
 // carrying the current transaction status follows.
 func (s *session) respond(msg []byte, rfq bool) error {
 	if a := s.current(); a != nil {
-		if a.pending() > 0 {
-			a.push(entry{kind: eSynthetic, synthetic: msg, rfq: rfq})
+		if a.pending() > 0 || a.skipping {
+			s.push(a, entry{kind: eSynthetic, synthetic: msg, rfq: rfq})
 			s.mu.Unlock()
 			return nil
 		}
@@ -671,11 +683,11 @@ func (s *session) close() {
 			var q []byte
 			if a.status != 'I' {
 				q = appendQuery(q, "ROLLBACK")
-				a.push(entry{kind: eQuery, quiet: true})
+				s.push(a, entry{kind: eQuery, quiet: true})
 			}
 			if s.p.cfg.Mode == ModeSession {
 				q = appendQuery(q, s.p.cfg.ResetQuery)
-				a.push(entry{kind: eQuery, quiet: true, reset: true})
+				s.push(a, entry{kind: eQuery, quiet: true, reset: true})
 			}
 			if len(q) == 0 {
 				// Nothing to undo: wake the relay so it returns the connection.

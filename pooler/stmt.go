@@ -136,7 +136,7 @@ func (s *session) ensurePrepared(a *attachment, st *stmt) error {
 	if err := s.ensureRoom(a); err != nil {
 		return err
 	}
-	a.push(entry{kind: eParse, injected: true, stmt: st.name})
+	s.push(a, entry{kind: eParse, injected: true, stmt: st.name})
 	a.st.add(st.name, st.key)
 	s.p.m.prepares.Inc()
 	return s.writeServer(a, st.parse)
@@ -149,7 +149,7 @@ func (s *session) ensureUnnamed(a *attachment) error {
 	if u == nil || (a.st.unnamedOK && a.st.unnamedKey == u.key) {
 		return nil
 	}
-	a.push(entry{kind: eParse, injected: true, unnamed: true})
+	s.push(a, entry{kind: eParse, injected: true, unnamed: true})
 	a.st.unnamedKey, a.st.unnamedOK = u.key, true
 	s.p.m.prepares.Inc()
 	return s.writeServer(a, u.parse)
@@ -171,7 +171,7 @@ func (s *session) injectClose(a *attachment, name string) error {
 	frame = append(frame, name...)
 	frame = append(frame, 0)
 	s.scratch = frame[:0]
-	a.push(entry{kind: eClose, injected: true})
+	s.push(a, entry{kind: eClose, injected: true})
 	a.st.remove(name)
 	return s.writeServer(a, frame)
 }
@@ -197,7 +197,7 @@ func (s *session) handleParse(ctx context.Context) error {
 		if err != nil {
 			return s.raise(err, false)
 		}
-		a.push(entry{kind: eParse, unnamed: true})
+		s.push(a, entry{kind: eParse, unnamed: true})
 		a.st.unnamedKey, a.st.unnamedOK = key, true
 		err = s.writeServer(a, u.parse)
 		s.mu.Unlock()
@@ -226,8 +226,8 @@ func (s *session) handleParse(ctx context.Context) error {
 	s.stmts[name] = st
 	if present, _ := a.st.lookup(st.name, st.key); present {
 		// The server already has it: answer ParseComplete in order.
-		if a.pending() > 0 {
-			a.push(entry{kind: eSynthetic, synthetic: parseComplete, clientName: name, cst: st})
+		if a.pending() > 0 || a.skipping {
+			s.push(a, entry{kind: eSynthetic, synthetic: parseComplete, clientName: name, cst: st})
 			return nil
 		}
 		return s.writeClient(parseComplete)
@@ -235,7 +235,7 @@ func (s *session) handleParse(ctx context.Context) error {
 	if err := s.ensureRoom(a); err != nil {
 		return err
 	}
-	a.push(entry{kind: eParse, stmt: st.name, clientName: name, cst: st})
+	s.push(a, entry{kind: eParse, stmt: st.name, clientName: name, cst: st})
 	a.st.add(st.name, st.key)
 	return s.writeServer(a, st.parse)
 }
@@ -244,15 +244,6 @@ var (
 	parseComplete = []byte{'1', 0, 0, 0, 4}
 	closeComplete = []byte{'3', 0, 0, 0, 4}
 )
-
-// respondLocked is respond for a caller that holds s.mu with a live a.
-func (s *session) respondLocked(a *attachment, msg []byte) error {
-	if a.pending() > 0 {
-		a.push(entry{kind: eSynthetic, synthetic: msg})
-		return nil
-	}
-	return s.writeClient(msg)
-}
 
 // handleBind handles a Bind message, renaming its statement.
 func (s *session) handleBind(ctx context.Context) error {
@@ -287,7 +278,7 @@ func (s *session) handleBind(ctx context.Context) error {
 			return err
 		}
 	}
-	a.push(entry{kind: eBind})
+	s.push(a, entry{kind: eBind})
 	if st == nil {
 		// Unnamed, or unknown to us: the server answers (26000 if unknown).
 		return s.writeServer(a, s.frame('B', body))
@@ -347,7 +338,7 @@ func (s *session) handleDescribe(ctx context.Context) error {
 			}
 		}
 	}
-	a.push(entry{kind: eDescribe})
+	s.push(a, entry{kind: eDescribe})
 	if st == nil {
 		return s.writeServer(a, s.frame('D', body))
 	}
@@ -397,7 +388,7 @@ func (s *session) handleClose(ctx context.Context) error {
 	if kind == 'S' {
 		a.st.unnamedOK = false
 	}
-	a.push(entry{kind: eClose})
+	s.push(a, entry{kind: eClose})
 	return s.writeServer(a, s.frame('C', body))
 }
 
@@ -443,7 +434,7 @@ func (s *session) handleQuery(ctx context.Context) error {
 		return s.raise(err, true)
 	}
 	defer s.mu.Unlock()
-	a.push(entry{kind: eQuery})
+	s.push(a, entry{kind: eQuery})
 	a.st.unnamedOK = false // a simple Query destroys the unnamed statement
 	if mayDropStatements(sql) {
 		// DISCARD ALL or DEALLOCATE ALL reached the server: what it holds
