@@ -35,6 +35,7 @@ const (
 	codeDuplicatePStatement  = "42P05"
 	codeFeatureNotSupported  = "0A000"
 	codeInsufficientResource = "53400"
+	codeQueryCanceled        = "57014"
 )
 
 // PGError is an error destined for the client as an ErrorResponse. It wraps

@@ -188,6 +188,9 @@ func (p *Pooler) cancel(ctx context.Context, pid uint32, key []byte) {
 	}
 	conn := s.runningConn()
 	if conn == nil {
+		// Nothing runs on a server yet; if the request is still waiting
+		// for a server connection, cancel the wait instead.
+		s.cancelWait()
 		return
 	}
 	ctx, done := context.WithTimeout(ctx, 5*time.Second)

@@ -69,12 +69,13 @@ type session struct {
 
 	wmu sync.Mutex
 
-	mu       sync.Mutex
-	stmts    map[string]*stmt // the client's named prepared statements (transaction mode)
-	att      *attachment
-	draining bool
-	killed   bool
-	closing  bool // rwc closed by us
+	mu         sync.Mutex
+	waitCancel context.CancelCauseFunc // set while waiting for a server connection
+	stmts      map[string]*stmt        // the client's named prepared statements (transaction mode)
+	att        *attachment
+	draining   bool
+	killed     bool
+	closing    bool // rwc closed by us
 }
 
 func newSession(p *Pooler, rwc io.ReadWriteCloser, peer Peer) *session {
@@ -325,11 +326,22 @@ func (s *session) acquireConn(ctx context.Context) (*backend.Conn, error) {
 		return conn, nil
 	}
 	start := time.Now()
-	actx, cancel := context.WithTimeout(ctx, s.p.cfg.AcquireTimeout)
+	tctx, cancel := context.WithTimeout(ctx, s.p.cfg.AcquireTimeout)
 	defer cancel()
+	actx, cancelWait := context.WithCancelCause(tctx)
+	s.mu.Lock()
+	s.waitCancel = cancelWait
+	s.mu.Unlock()
 	conn, err := s.pool.Acquire(actx)
+	s.mu.Lock()
+	s.waitCancel = nil
+	s.mu.Unlock()
+	cancelWait(nil)
 	s.p.m.waitSeconds.Observe(time.Since(start).Seconds())
 	if err != nil {
+		if errors.Is(context.Cause(actx), errCanceledByClient) {
+			return nil, pgerr(codeQueryCanceled, "canceling statement due to user request", err)
+		}
 		if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
 			st := s.pool.Stat()
 			return nil, pgerr(codeTooManyConnections,
@@ -583,6 +595,30 @@ func readyForQuery(status byte) []byte {
 	return []byte{'Z', 0, 0, 0, 5, status}
 }
 
+// errCanceledByClient is the cause of a wait cancelled by a CancelRequest.
+var errCanceledByClient = errors.New("canceled by client request")
+
+// cancelWait aborts a wait for a server connection (a CancelRequest that
+// arrived while the request was still queued).
+func (s *session) cancelWait() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.waitCancel != nil {
+		s.waitCancel(errCanceledByClient)
+	}
+}
+
+// cancelOnServer asks the server to cancel what conn runs; used when a
+// connection is dropped mid-request, since closing it does not stop the
+// query on the server.
+func cancelOnServer(conn *backend.Conn) {
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = conn.Pool().Cancel(ctx, conn.PID, conn.SecretKey)
+	}()
+}
+
 // runningConn returns the server connection running the session's current
 // request, for routing a CancelRequest.
 func (s *session) runningConn() *backend.Conn {
@@ -625,6 +661,9 @@ func (s *session) kill() {
 	s.killed = true
 	a := s.att
 	if a != nil && !a.released {
+		if a.pending() > 0 {
+			cancelOnServer(a.conn)
+		}
 		_ = a.conn.NetConn().Close()
 	}
 	s.mu.Unlock()
@@ -666,12 +705,8 @@ func (s *session) close() {
 		case a.pending() > 0 || s.killed:
 			// A request is still running: cancel it and drop the connection.
 			conn := a.conn
-			if !s.killed {
-				go func() {
-					ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-					defer cancel()
-					_ = conn.Pool().Cancel(ctx, conn.PID, conn.SecretKey)
-				}()
+			if a.pending() > 0 {
+				cancelOnServer(conn)
 			}
 			a.destroy = true
 			_ = conn.NetConn().Close()

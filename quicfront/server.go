@@ -449,7 +449,7 @@ func (s *Server) runStream(sc *serverConn, c *streamConn, log *slog.Logger) {
 	ctx, cancel := context.WithCancel(s.baseCtx)
 	defer cancel()
 	stopWatch := context.AfterFunc(c.str.Context(), func() {
-		if clientGone(sc.conn, context.Cause(c.str.Context())) {
+		if clientGone(context.Cause(c.str.Context())) {
 			cancel()
 		}
 	})
@@ -463,16 +463,21 @@ func (s *Server) runStream(sc *serverConn, c *streamConn, log *slog.Logger) {
 	_ = c.Close()
 }
 
-// clientGone reports whether a stream's send side ended because the client
-// is gone: its connection died, or it sent STOP_SENDING with an error code.
+// clientGone reports whether cause, the reason a stream's send side ended,
+// means the client is gone: it sent STOP_SENDING with an error code, or the
+// connection died (any connection-level error; quic-go ends the streams before
+// it cancels the connection's own context, so the cause is what to look at).
 // A STOP_SENDING with ErrCodeNoError is how a client's Close ends a finished
-// session, and a local close is the session's own end; neither counts.
-func clientGone(conn *quic.Conn, cause error) bool {
-	if conn.Context().Err() != nil {
-		return true
+// session, and a local Close or reset is the session's own end; neither counts.
+func clientGone(cause error) bool {
+	if errors.Is(cause, quic.ErrStreamClosed) {
+		return false
 	}
 	var se *quic.StreamError
-	return errors.As(cause, &se) && se.Remote && se.ErrorCode != ErrCodeNoError.stream()
+	if errors.As(cause, &se) {
+		return se.Remote && se.ErrorCode != ErrCodeNoError.stream()
+	}
+	return cause != nil
 }
 
 // awaitStartup blocks until the stream holds a whole first packet (or
