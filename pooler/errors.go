@@ -49,6 +49,7 @@ type PGError struct {
 	Err      error // cause, may be nil
 }
 
+// Error formats the error for logs: severity, SQLSTATE, message and cause.
 func (e *PGError) Error() string {
 	if e.Err != nil {
 		return fmt.Sprintf("%s %s: %s: %v", e.Severity, e.Code, e.Message, e.Err)
