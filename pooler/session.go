@@ -647,9 +647,12 @@ func (s *session) isKilled() bool {
 func (s *session) drain() {
 	s.mu.Lock()
 	s.draining = true
-	idle := s.att == nil || s.att.released
+	idle := (s.att == nil || s.att.released) && !s.closing
 	s.mu.Unlock()
 	if idle {
+		// What PostgreSQL says to idle sessions at a fast shutdown.
+		pe := fatal(codeAdminShutdown, "terminating connection because the pooler is shutting down", ErrShuttingDown)
+		_ = s.writeRaw(pe.encode(nil))
 		s.closeClient()
 	}
 }
