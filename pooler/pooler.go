@@ -42,6 +42,7 @@ type Pooler struct {
 	draining bool
 
 	active atomic.Int64 // sessions past the startup packet, for MaxClients
+	open   atomic.Int64 // sessions between register and unregister
 	wg     sync.WaitGroup
 
 	paramsMu sync.Mutex
@@ -125,11 +126,10 @@ func (p *Pooler) Shutdown(ctx context.Context) error {
 	}
 }
 
-// Sessions reports the number of client sessions currently open.
+// Sessions reports the number of client sessions currently open, including
+// those still cleaning up their server connection.
 func (p *Pooler) Sessions() int {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return len(p.sessions)
+	return int(p.open.Load())
 }
 
 func (p *Pooler) register(s *session) bool {
@@ -149,13 +149,16 @@ func (p *Pooler) register(s *session) bool {
 		copy(s.secret[:], b[4:])
 		p.sessions[pid] = s
 		p.wg.Add(1)
+		p.open.Add(1)
 		return true
 	}
 }
 
-// rekey gives s the BackendKeyData of its server, unless another session
-// already uses that process ID (sessions on different servers).
-func (p *Pooler) rekey(s *session, pid uint32, key []byte) {
+// rekey gives s its server's process ID, unless another session already
+// uses that ID (sessions on different servers). The secret key stays the
+// session's own random one, so a CancelRequest from an earlier client of the
+// same server can never cancel this session's queries.
+func (p *Pooler) rekey(s *session, pid uint32) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if pid == 0 || p.sessions[pid] != nil {
@@ -163,14 +166,21 @@ func (p *Pooler) rekey(s *session, pid uint32, key []byte) {
 	}
 	delete(p.sessions, s.pid)
 	s.pid = pid
-	copy(s.secret[:], key)
 	p.sessions[pid] = s
 }
 
-func (p *Pooler) unregister(s *session) {
+// dropKey removes s's BackendKeyData from the cancel map, if still its own.
+func (p *Pooler) dropKey(s *session) {
 	p.mu.Lock()
-	delete(p.sessions, s.pid)
+	if p.sessions[s.pid] == s {
+		delete(p.sessions, s.pid)
+	}
 	p.mu.Unlock()
+}
+
+func (p *Pooler) unregister(s *session) {
+	p.dropKey(s)
+	p.open.Add(-1)
 	p.wg.Done()
 }
 

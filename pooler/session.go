@@ -153,10 +153,15 @@ func (s *session) loop(ctx context.Context) error {
 		}
 		if err := s.handle(ctx, typ); err != nil {
 			var pe *PGError
-			if errors.As(err, &pe) && pe.Severity == "FATAL" {
+			var we *wire.WriteError
+			switch {
+			case errors.As(err, &pe) && pe.Severity == "FATAL":
 				return s.fail(pe)
+			case errors.As(err, &we):
+				s.serverWriteFailed(err)
+			default:
+				return err
 			}
-			return err
 		}
 		switch typ {
 		case 'S', 'Q', 'F', 'c', 'f':
@@ -479,8 +484,23 @@ func (s *session) writeServer(a *attachment, frame []byte) error {
 	if frame == nil {
 		return s.cr.Forward(a.conn.W)
 	}
-	_, err := a.conn.W.Write(frame)
-	return err
+	if _, err := a.conn.W.Write(frame); err != nil {
+		return &wire.WriteError{Err: err}
+	}
+	return nil
+}
+
+// serverWriteFailed handles a failed write to the attached server: the
+// connection is closed, so the reply reader fails too and tells the client
+// (FATAL 08006) instead of waiting for replies that will never come.
+func (s *session) serverWriteFailed(err error) {
+	s.log.Warn("writing to server failed", "err", err)
+	s.mu.Lock()
+	if a := s.att; a != nil && !a.released {
+		a.destroy = true
+		_ = a.conn.NetConn().Close()
+	}
+	s.mu.Unlock()
 }
 
 // flushAll pushes buffered bytes to the server and to the client.
@@ -491,8 +511,7 @@ func (s *session) flushAll() error {
 		s.wconn = nil
 		s.wmu.Unlock()
 		if err != nil {
-			// The relay sees the broken connection too and tells the client.
-			s.log.Debug("writing to server failed", "err", err)
+			s.serverWriteFailed(err)
 		}
 	}
 	return s.flushClient()
@@ -687,6 +706,9 @@ func (s *session) closeClient() {
 // connection is cleaned up (rolled back, or destroyed when that is not
 // possible), the relay is waited for and the client stream is closed.
 func (s *session) close() {
+	// From here on the session cancels nothing; in session mode its server's
+	// process ID may be handed to the next client of that server at once.
+	s.p.dropKey(s)
 	if s.wlocked {
 		_ = s.wconn.W.Flush()
 		s.wlocked = false
@@ -736,6 +758,7 @@ func (s *session) close() {
 				if err == nil {
 					err = a.conn.W.Flush()
 				}
+				_ = a.conn.NetConn().SetWriteDeadline(time.Time{}) // the next borrower must not inherit it
 				if err != nil {
 					a.destroy = true
 					_ = a.conn.NetConn().Close()

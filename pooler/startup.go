@@ -272,11 +272,9 @@ func (s *session) login(ctx context.Context, sp *startupParams) error {
 				return s.fail(asFatal(err))
 			}
 			// The client holds this server for its whole session, so it gets
-			// the server's own process ID and key: pg_terminate_backend
-			// and pg_stat_activity then mean what the client expects.
-			if len(conn.SecretKey) == len(s.secret) {
-				p.rekey(s, conn.PID, conn.SecretKey)
-			}
+			// the server's own process ID: pg_terminate_backend and
+			// pg_stat_activity then mean what the client expects.
+			p.rekey(s, conn.PID)
 			s.mu.Lock()
 			s.startAttachment(conn)
 			s.mu.Unlock()

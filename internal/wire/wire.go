@@ -130,29 +130,41 @@ func (r *Reader) Body() ([]byte, error) {
 }
 
 // Forward copies the whole frame announced by Next (header and body) to w
-// without decoding it.
+// without decoding it. An error from w is returned as a *WriteError, so a
+// caller can tell a failing destination from a failing source.
 func (r *Reader) Forward(w *bufio.Writer) error {
 	if !r.pending {
 		return errors.New("wire: Forward without Next")
 	}
 	r.pending = false
-	total := HeaderLen + r.bodyLen
-	if total <= r.br.Size() {
-		frame, err := r.br.Peek(total)
-		if err != nil {
+	remaining := HeaderLen + r.bodyLen
+	for remaining > 0 {
+		// Peek blocks until the chunk is buffered; frames larger than the
+		// buffer go through in buffer-sized chunks, still without copying
+		// into a separate allocation.
+		chunk, err := r.br.Peek(min(remaining, r.br.Size()))
+		if len(chunk) > 0 {
+			if _, werr := w.Write(chunk); werr != nil {
+				return &WriteError{Err: werr}
+			}
+			_, _ = r.br.Discard(len(chunk))
+			remaining -= len(chunk)
+		}
+		if err != nil && remaining > 0 {
 			return noEOF(err)
 		}
-		if _, err := w.Write(frame); err != nil {
-			return err
-		}
-		_, _ = r.br.Discard(total)
-		return nil
-	}
-	if _, err := io.CopyN(w, r.br, int64(total)); err != nil {
-		return noEOF(err)
 	}
 	return nil
 }
+
+// WriteError is a failure of the destination in Forward (or of a caller's
+// own write to a peer), as opposed to a failure reading the source.
+type WriteError struct{ Err error }
+
+func (e *WriteError) Error() string { return "writing: " + e.Err.Error() }
+
+// Unwrap returns the writer's error.
+func (e *WriteError) Unwrap() error { return e.Err }
 
 // Skip discards the message announced by Next.
 func (r *Reader) Skip() error {
