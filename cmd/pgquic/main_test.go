@@ -233,24 +233,7 @@ func TestServeTCPAndQUIC(t *testing.T) {
 	}
 
 	// QUIC, verifying the generated certificate by the logged fingerprint.
-	dialer, err := quicfront.NewDialer(quicfront.DialerConfig{
-		Addr:      srv.quic.Addr().String(),
-		Conns:     1,
-		PinSHA256: srv.quic.Fingerprint(),
-	}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer dialer.Close()
-	pcfg, err := pgconn.ParseConfig(fmt.Sprintf("postgres://%s:%s@%s/postgres?sslmode=disable", cluster.SuperUser, cluster.SuperPassword, srv.quic.Addr()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	pcfg.DialFunc = dialer.DialFunc()
-	qconn, err := pgconn.ConnectConfig(ctx, pcfg)
-	if err != nil {
-		t.Fatalf("connect over QUIC: %v", err)
-	}
+	qconn := connectQUIC(ctx, t, cluster, srv, quicfront.DialerConfig{Conns: 1, PinSHA256: srv.quic.Fingerprint()})
 	res, err = qconn.Exec(ctx, "SELECT 'over quic'").ReadAll()
 	if err != nil {
 		t.Fatal(err)
@@ -428,20 +411,7 @@ func TestServeWithCertificate(t *testing.T) {
 		t.Error("plain TCP client accepted with require_tls")
 	}
 
-	dialer, err := quicfront.NewDialer(quicfront.DialerConfig{Addr: srv.quic.Addr().String(), CAFile: certFile}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer dialer.Close()
-	pcfg, err := pgconn.ParseConfig(fmt.Sprintf("postgres://%s:%s@%s/postgres?sslmode=disable", cluster.SuperUser, cluster.SuperPassword, srv.quic.Addr()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	pcfg.DialFunc = dialer.DialFunc()
-	qconn, err := pgconn.ConnectConfig(ctx, pcfg)
-	if err != nil {
-		t.Fatalf("QUIC with the configured certificate: %v", err)
-	}
+	qconn := connectQUIC(ctx, t, cluster, srv, quicfront.DialerConfig{CAFile: certFile})
 	if _, err := qconn.Exec(ctx, "SELECT 1").ReadAll(); err != nil {
 		t.Fatal(err)
 	}
@@ -477,4 +447,26 @@ func waitFor(t *testing.T, cond func() bool) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+// connectQUIC opens a pgconn session over a QUIC stream of srv, with the
+// Dialer configured by dc (its Addr is filled in).
+func connectQUIC(ctx context.Context, t *testing.T, cluster *pgtest.Cluster, srv *server, dc quicfront.DialerConfig) *pgconn.PgConn {
+	t.Helper()
+	dc.Addr = srv.quic.Addr().String()
+	dialer, err := quicfront.NewDialer(dc, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = dialer.Close() })
+	pcfg, err := pgconn.ParseConfig(fmt.Sprintf("postgres://%s:%s@%s/postgres?sslmode=disable", cluster.SuperUser, cluster.SuperPassword, srv.quic.Addr()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pcfg.DialFunc = dialer.DialFunc()
+	qconn, err := pgconn.ConnectConfig(ctx, pcfg)
+	if err != nil {
+		t.Fatalf("connect over QUIC: %v", err)
+	}
+	return qconn
 }
