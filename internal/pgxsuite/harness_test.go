@@ -95,7 +95,41 @@ END $$;`, quoteLiteral(sc.osUser), quoteLiteral(sc.osUser))
 	if err := sc.installHBA(ctx); err != nil {
 		t.Fatalf("install pg_hba.conf: %v", err)
 	}
+	if os.Getenv("PGQUIC_PGX_PGLOG") == "1" {
+		sc.logStatements(ctx, t)
+	}
 	return sc
+}
+
+// logStatements makes the server log every statement, connection and
+// disconnection with its process ID and session start, and copies the
+// server log to the output directory at cleanup: the way to follow one
+// session's protocol through the pooler when diagnosing a difference
+// (PGQUIC_PGX_PGLOG=1).
+func (c *suiteCluster) logStatements(ctx context.Context, t *testing.T) {
+	t.Helper()
+	for _, sql := range []string{
+		"ALTER SYSTEM SET log_statement = 'all'",
+		"ALTER SYSTEM SET log_connections = on",
+		"ALTER SYSTEM SET log_disconnections = on",
+		"ALTER SYSTEM SET log_line_prefix = '%m [%p] %u %c '",
+		"SELECT pg_reload_conf()",
+	} {
+		if err := c.Exec(ctx, sql); err != nil {
+			t.Fatalf("%s: %v", sql, err)
+		}
+	}
+	dir := outDir(t)
+	t.Cleanup(func() {
+		b, err := os.ReadFile(filepath.Join(filepath.Dir(c.DataDir), "postgres.log"))
+		if err != nil {
+			t.Logf("pgxsuite: read server log: %v", err)
+			return
+		}
+		if err := os.WriteFile(filepath.Join(dir, "postgres.log"), b, 0o644); err != nil {
+			t.Logf("pgxsuite: save server log: %v", err)
+		}
+	})
 }
 
 // execIn runs sql as the superuser in database db over the Unix socket,

@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"runtime"
 	"sort"
 	"strings"
@@ -203,14 +204,22 @@ type testKey struct {
 	Test string
 }
 
-func (k testKey) String() string { return strings.TrimPrefix(k.Pkg, pgxModulePath) + " " + k.Test }
+func (k testKey) String() string { return k.pkgName() + " " + k.Test }
+
+// pkgName is the package path shortened to start at "pgx".
+func (k testKey) pkgName() string { return "pgx" + strings.TrimPrefix(k.Pkg, pgxModulePath) }
 
 // suiteResult is what one `go test -json` run of pgx reported.
 type suiteResult struct {
 	// Tests maps every test and subtest to its final action: pass, fail or
 	// skip. Tests that started but never ended (a package that panicked or
-	// timed out) are "fail".
+	// timed out) are "fail", and also in Unfinished.
 	Tests map[testKey]string
+	// Unfinished holds the tests that started but never reported an end:
+	// their package died (a hang until -timeout, a panic, a signal). Most
+	// of them are innocent parallel tests that were paused behind the one
+	// that hung, so they are reported apart from real failures.
+	Unfinished map[testKey]bool
 	// Packages maps every package to its final action.
 	Packages map[string]string
 	// Output holds each test's output lines, for failure reports.
@@ -255,8 +264,70 @@ func (r *suiteResult) with(action string) []testKey {
 
 func (r *suiteResult) summary() string {
 	p, f, s := r.counts()
-	return fmt.Sprintf("tests (with subtests)=%d pass=%d fail=%d skip=%d packages=%d failed_packages=%d elapsed=%s",
-		len(r.Tests), p, f, s, len(r.Packages), countValue(r.Packages, "fail"), r.Elapsed.Round(time.Second))
+	return fmt.Sprintf("tests (with subtests)=%d pass=%d fail=%d (unfinished %d) skip=%d packages=%d failed_packages=%d elapsed=%s",
+		len(r.Tests), p, f, len(r.Unfinished), s, len(r.Packages), countValue(r.Packages, "fail"), r.Elapsed.Round(time.Second))
+}
+
+// pkgCounts is one package's outcome in a run.
+type pkgCounts struct {
+	Pass, Fail, Unfinished, Skip int
+	// Result is the package's own final action (pass, fail, skip).
+	Result string
+}
+
+// byPackage counts tests (subtests included) per package.
+func (r *suiteResult) byPackage() map[string]pkgCounts {
+	out := make(map[string]pkgCounts)
+	for p, a := range r.Packages {
+		c := out[p]
+		c.Result = a
+		out[p] = c
+	}
+	for k, a := range r.Tests {
+		c := out[k.Pkg]
+		switch {
+		case r.Unfinished[k]:
+			c.Unfinished++
+		case a == "pass":
+			c.Pass++
+		case a == "fail":
+			c.Fail++
+		case a == "skip":
+			c.Skip++
+		}
+		out[k.Pkg] = c
+	}
+	return out
+}
+
+// packageTable prints direct and through-pgquic counts per package,
+// "pass/fail/skip" with unfinished tests counted as failures and shown
+// in parentheses.
+func packageTable(a, b *suiteResult) string {
+	ca, cb := a.byPackage(), b.byPackage()
+	var pkgs []string
+	for p := range ca {
+		pkgs = append(pkgs, p)
+	}
+	for p := range cb {
+		if _, ok := ca[p]; !ok {
+			pkgs = append(pkgs, p)
+		}
+	}
+	sort.Strings(pkgs)
+	cell := func(c pkgCounts) string {
+		s := fmt.Sprintf("%d/%d/%d", c.Pass, c.Fail+c.Unfinished, c.Skip)
+		if c.Unfinished > 0 {
+			s += fmt.Sprintf(" (%d unfinished)", c.Unfinished)
+		}
+		return s
+	}
+	var sb strings.Builder
+	fmt.Fprintf(&sb, "%-30s %-16s %s\n", "package (pass/fail/skip)", "direct", "through pgquic")
+	for _, p := range pkgs {
+		fmt.Fprintf(&sb, "%-30s %-16s %s\n", testKey{Pkg: p}.pkgName(), cell(ca[p]), cell(cb[p]))
+	}
+	return sb.String()
 }
 
 // testEvent is one line of `go test -json` (cmd/test2json).
@@ -307,9 +378,10 @@ func runPgxTests(ctx context.Context, t *testing.T, pc *pgxCopy, env map[string]
 // parseEvents reads a `go test -json` stream.
 func parseEvents(r io.Reader) *suiteResult {
 	res := &suiteResult{
-		Tests:    make(map[testKey]string),
-		Packages: make(map[string]string),
-		Output:   make(map[testKey][]string),
+		Tests:      make(map[testKey]string),
+		Unfinished: make(map[testKey]bool),
+		Packages:   make(map[string]string),
+		Output:     make(map[testKey][]string),
 	}
 	var build strings.Builder
 	sc := bufio.NewScanner(r)
@@ -331,7 +403,7 @@ func parseEvents(r io.Reader) *suiteResult {
 			}
 			continue
 		}
-		k := testKey{ev.Package, ev.Test}
+		k := testKey{ev.Package, normalizeTestName(ev.Test)}
 		switch ev.Action {
 		case "run":
 			if _, done := res.Tests[k]; !done {
@@ -347,10 +419,25 @@ func parseEvents(r io.Reader) *suiteResult {
 	for k, a := range res.Tests {
 		if a == "running" {
 			res.Tests[k] = "fail"
+			res.Unfinished[k] = true
 		}
 	}
 	res.BuildErrors = build.String()
 	return res
+}
+
+// tempDirInName matches a t.TempDir() path inside a subtest name (pgconn's
+// TestParseConfigSSLCertMode names subtests after a service file in one):
+// the test's name, random digits, then a three-digit sequence directory.
+var tempDirInName = regexp.MustCompile(`(Test[A-Za-z0-9_]*?)[0-9]{6,}(/[0-9]{3}/)`)
+
+// normalizeTestName removes what differs between two runs of the same test
+// from its name, so that the runs compare test by test.
+func normalizeTestName(name string) string {
+	if !strings.Contains(name, "/") {
+		return name
+	}
+	return tempDirInName.ReplaceAllString(name, "${1}TMP${2}")
 }
 
 // failureReport is the output of the given tests, each cut to its last
