@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"os/exec"
 	"strings"
 	"testing"
@@ -142,6 +143,9 @@ func TestEdgeSSLRequestThenStartup(t *testing.T) {
 func TestEdgePsql(t *testing.T) {
 	psql, err := exec.LookPath("psql")
 	if err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("psql is required under CI: %v", err)
+		}
 		t.Skip("psql not installed")
 	}
 	s := startServer(t, ServerConfig{}, newScriptedPG())

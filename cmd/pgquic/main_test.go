@@ -319,6 +319,9 @@ func TestServeTCPAndQUIC(t *testing.T) {
 // the server starts (and at shutdown removes) its own PostgreSQL.
 func TestServeEmbeddedPostgres(t *testing.T) {
 	if _, err := pgtest.Binaries(); err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("PostgreSQL is required under CI: %v", err)
+		}
 		t.Skipf("PostgreSQL not installed: %v", err)
 	}
 	cfg := testConfig("")
