@@ -741,6 +741,12 @@ func (s *session) close() {
 			// server says it is idle.
 			a.st.unnamedOK = false // simple queries destroy the unnamed statement
 			var q []byte
+			if a.skipping {
+				// The server ignores everything but Sync after an error
+				// in a pipeline: end that state first.
+				q = append(q, 'S', 0, 0, 0, 4)
+				s.push(a, entry{kind: eSync, quiet: true})
+			}
 			if a.status != 'I' {
 				q = appendQuery(q, "ROLLBACK")
 				s.push(a, entry{kind: eQuery, quiet: true})
