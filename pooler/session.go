@@ -727,8 +727,11 @@ func (s *session) close() {
 			s.startRelay(a)
 		}
 		switch {
-		case a.pending() > 0 || s.killed:
+		case a.pending() > 0 || s.killed || (s.p.cfg.Mode == ModeSession && a.status != 'I'):
 			// A request is still running: cancel it and drop the connection.
+			// A session-mode client that left inside a transaction loses
+			// its server connection too (as with PgBouncer): whatever it
+			// built up is not worth untangling on an abnormal exit.
 			conn := a.conn
 			if a.pending() > 0 {
 				cancelOnServer(conn)

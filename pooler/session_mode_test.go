@@ -115,3 +115,35 @@ func TestSessionModeClientKilled(t *testing.T) {
 	}
 	h.waitSessions(t, 1)
 }
+
+// TestSessionModeDirtyExitDropsServer: a session-mode client that leaves
+// inside a transaction (here a failed one, as pgxpool's Release does) loses
+// its server connection, so the next client gets a fresh server process;
+// pgx's own TestConnReleaseClosesConnInFailedTransaction relies on that.
+func TestSessionModeDirtyExitDropsServer(t *testing.T) {
+	h := newHarness(t, harnessOpts{cluster: sharedCluster(t), poolSize: 1, cfg: pooler.Config{Mode: pooler.ModeSession}})
+	ctx := testCtx(t, time.Minute)
+	a, err := pgx.Connect(ctx, h.url())
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid := a.PgConn().PID()
+	if _, err := a.Exec(ctx, "begin"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Exec(ctx, "selct"); err == nil {
+		t.Fatal("syntax error not reported")
+	}
+	if err := a.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	h.waitSessions(t, 0)
+	b := h.connect(ctx, t)
+	if b.PgConn().PID() == pid {
+		t.Fatalf("the next client got the same server process %d", pid)
+	}
+	var n int
+	if err := b.QueryRow(ctx, "select 1").Scan(&n); err != nil || n != 1 {
+		t.Fatalf("next client: %d %v", n, err)
+	}
+}
