@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5/pgproto3"
 
 	"github.com/pgquic/pgquic/backend"
+	"github.com/pgquic/pgquic/internal/wire"
 )
 
 // entryKind is a client (or pooler) request whose reply the relay expects.
@@ -166,16 +167,26 @@ func (s *session) relayOne(a *attachment) relayResult {
 			_ = r.Skip()
 			return relayMore
 		}
-		s.cwMu.Lock()
-		err = r.Forward(s.clientWriter())
-		s.cwMu.Unlock()
-		if err != nil {
+		// cwMu is held only while writing: PostgreSQL may flush half a
+		// frame and then wait for more of a pipeline, which the owner can
+		// send only if it is not waiting for cwMu.
+		if err = r.ForwardLocked(&s.cwMu, s.cwFn); err != nil {
+			var we *wire.WriteError
+			if !errors.As(err, &we) {
+				s.serverLost(a, err)
+				return relayLost
+			}
 			s.relayWriteFailed(a, err)
 		}
 		return relayMore
 	}
 
-	var body []byte
+	// Read the whole message before taking s.mu, for the same reason.
+	body, err := r.Body()
+	if err != nil {
+		s.serverLost(a, err)
+		return relayLost
+	}
 	s.mu.Lock()
 	head := a.front()
 	quiet := head != nil && head.quiet
@@ -207,13 +218,9 @@ func (s *session) relayOne(a *attachment) relayResult {
 	case 'G', 'W': // CopyInResponse, CopyBothResponse: the server waits for data
 		result = relayWaiting
 	case 'S': // ParameterStatus
-		body, err = r.Body()
-		if err == nil {
-			s.noteParameter(a, body, quiet)
-		}
+		s.noteParameter(a, body, quiet)
 	case 'E':
-		body, err = r.Body()
-		if err == nil && head != nil {
+		if head != nil {
 			switch head.kind {
 			case eParse, eBind, eDescribe, eExecute, eClose:
 				// The server now skips everything up to Sync, including
@@ -228,8 +235,7 @@ func (s *session) relayOne(a *attachment) relayResult {
 			}
 		}
 	case 'Z':
-		body, err = r.Body()
-		if err == nil && len(body) == 1 {
+		if len(body) == 1 {
 			a.status = body[0]
 		}
 		// ReadyForQuery ends a Sync, Query or FunctionCall. Anything queued
@@ -248,25 +254,13 @@ func (s *session) relayOne(a *attachment) relayResult {
 			pop = true
 		}
 	}
-	if err != nil {
-		s.mu.Unlock()
-		s.serverLost(a, err)
-		return relayLost
-	}
 	if forward && !a.clientGone.Load() {
 		s.cwMu.Lock()
-		switch typ {
-		case 'S', 'E', 'Z':
-			err = writeFrame(s, typ, body)
-		default:
-			err = r.Forward(s.clientWriter())
-		}
+		err = writeFrame(s, typ, body)
 		s.cwMu.Unlock()
 		if err != nil {
 			s.relayWriteFailed(a, err)
 		}
-	} else if typ != 'S' && typ != 'E' && typ != 'Z' {
-		_ = r.Skip()
 	}
 	if pop {
 		a.pop()

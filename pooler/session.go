@@ -62,10 +62,15 @@ type session struct {
 	wlocked  bool              // owner holds wmu
 	wconn    *backend.Conn     // connection whose writer the owner must flush
 	scratch  []byte
+	out      []byte      // frames for the server staged while s.mu was held (see sendOut)
+	outAtt   *attachment // where they go
+	outFwd   bool        // then forward the current client message raw
+	msgLen   int         // length of the current client message, header included
 
 	cwMu sync.Mutex
-	cw   *bufio.Writer // nil while idle (see flushClient)
-	busy atomic.Bool   // a server connection is attached: keep cw
+	cw   *bufio.Writer        // nil while idle (see flushClient)
+	cwFn func() *bufio.Writer // s.clientWriter, bound once so forwarding a row allocates nothing
+	busy atomic.Bool          // a server connection is attached: keep cw
 
 	wmu sync.Mutex
 
@@ -88,6 +93,7 @@ func newSession(p *Pooler, rwc io.ReadWriteCloser, peer Peer) *session {
 		rwc:  rwc,
 		cr:   wire.NewReader(rwc, clientReadBuf, p.cfg.MaxMessageLen),
 	}
+	s.cwFn = s.clientWriter
 	s.log = p.log.With("transport", peer.Transport)
 	if peer.Addr != nil {
 		s.log = s.log.With("client", peer.Addr.String())
@@ -138,7 +144,8 @@ func (s *session) loop(ctx context.Context) error {
 				continue
 			}
 		}
-		typ, _, err := s.cr.Next()
+		typ, n, err := s.cr.Next()
+		s.msgLen = wire.HeaderLen + n
 		if err != nil {
 			if errors.Is(err, wire.ErrBadLength) || errors.Is(err, wire.ErrMessageTooLarge) {
 				return s.fail(fatal(codeProtocolViolation, "invalid message length", err))
@@ -151,7 +158,13 @@ func (s *session) loop(ctx context.Context) error {
 		if typ == 'X' {
 			return nil
 		}
-		if err := s.handle(ctx, typ); err != nil {
+		err = s.handle(ctx, typ)
+		if err == nil {
+			err = s.sendOut()
+		} else {
+			s.dropOut()
+		}
+		if err != nil {
 			var pe *PGError
 			var we *wire.WriteError
 			switch {
@@ -473,21 +486,77 @@ func (s *session) respond(msg []byte, rfq bool) error {
 	return s.writeClientLocal(msg)
 }
 
-// writeServer writes the current client message (raw when frame is nil) or
-// frame to a's server. s.mu must be held.
+// writeServer stages frame (or, when frame is nil, the current client
+// message itself) for a's server. Nothing is written while s.mu is held:
+// sendOut does the writing once the lock is released.
 func (s *session) writeServer(a *attachment, frame []byte) error {
+	s.outAtt = a
+	if frame == nil {
+		s.outFwd = true
+		return nil
+	}
+	s.out = append(s.out, frame...)
+	return nil
+}
+
+// sendOut writes what handling the last client message staged. It runs
+// without s.mu because a write to the server may block until the server
+// reads, and a server busy sending replies reads only once they are drained
+// by the relay, which needs s.mu: holding it here could deadlock a large
+// pipeline. For the same reason a write that reaches the socket while
+// replies are due first makes sure a relay goroutine is reading them.
+func (s *session) sendOut() error {
+	a := s.outAtt
+	if a == nil {
+		return nil
+	}
+	s.outAtt = nil
+	conn := a.conn
+	n := len(s.out)
+	if s.outFwd {
+		n += s.msgLen
+	}
+	if n > conn.W.Available() {
+		s.mu.Lock()
+		if !a.released && !a.relaying && a.pending() > 0 {
+			s.startRelay(a)
+		}
+		s.mu.Unlock()
+	}
+	if s.wlocked && s.wconn != conn {
+		if err := s.wconn.W.Flush(); err != nil {
+			s.serverWriteFailed(err)
+		}
+		s.wlocked, s.wconn = false, nil
+		s.wmu.Unlock()
+	}
 	if !s.wlocked {
 		s.wmu.Lock()
-		s.wlocked = true
-		s.wconn = a.conn
+		s.wlocked, s.wconn = true, conn
 	}
-	if frame == nil {
-		return s.cr.Forward(a.conn.W)
+	var err error
+	if len(s.out) > 0 {
+		if _, werr := conn.W.Write(s.out); werr != nil {
+			err = &wire.WriteError{Err: werr}
+		}
+		if cap(s.out) > 64<<10 {
+			s.out = nil // do not pin a large buffer after a big message
+		} else {
+			s.out = s.out[:0]
+		}
 	}
-	if _, err := a.conn.W.Write(frame); err != nil {
-		return &wire.WriteError{Err: err}
+	fwd := s.outFwd
+	s.outFwd = false
+	if err == nil && fwd {
+		err = s.cr.Forward(conn.W)
 	}
-	return nil
+	return err
+}
+
+// dropOut forgets staged output after a failed message.
+func (s *session) dropOut() {
+	s.outAtt, s.outFwd = nil, false
+	s.out = s.out[:0]
 }
 
 // serverWriteFailed handles a failed write to the attached server: the

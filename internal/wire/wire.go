@@ -18,6 +18,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"sync"
 )
 
 // HeaderLen is the size of a regular message header: type byte plus length.
@@ -145,6 +146,34 @@ func (r *Reader) Forward(w *bufio.Writer) error {
 		chunk, err := r.br.Peek(min(remaining, r.br.Size()))
 		if len(chunk) > 0 {
 			if _, werr := w.Write(chunk); werr != nil {
+				return &WriteError{Err: werr}
+			}
+			_, _ = r.br.Discard(len(chunk))
+			remaining -= len(chunk)
+		}
+		if err != nil && remaining > 0 {
+			return noEOF(err)
+		}
+	}
+	return nil
+}
+
+// ForwardLocked is Forward for a writer shared with other goroutines: l is
+// held only while writing a chunk, never while waiting for the source, so a
+// slow source cannot block the writer's other users. w is called under l.
+func (r *Reader) ForwardLocked(l sync.Locker, w func() *bufio.Writer) error {
+	if !r.pending {
+		return errors.New("wire: Forward without Next")
+	}
+	r.pending = false
+	remaining := HeaderLen + r.bodyLen
+	for remaining > 0 {
+		chunk, err := r.br.Peek(min(remaining, r.br.Size()))
+		if len(chunk) > 0 {
+			l.Lock()
+			_, werr := w().Write(chunk)
+			l.Unlock()
+			if werr != nil {
 				return &WriteError{Err: werr}
 			}
 			_, _ = r.br.Discard(len(chunk))
