@@ -134,45 +134,36 @@ func (r *Reader) Body() ([]byte, error) {
 // without decoding it. An error from w is returned as a *WriteError, so a
 // caller can tell a failing destination from a failing source.
 func (r *Reader) Forward(w *bufio.Writer) error {
-	if !r.pending {
-		return errors.New("wire: Forward without Next")
-	}
-	r.pending = false
-	remaining := HeaderLen + r.bodyLen
-	for remaining > 0 {
-		// Peek blocks until the chunk is buffered; frames larger than the
-		// buffer go through in buffer-sized chunks, still without copying
-		// into a separate allocation.
-		chunk, err := r.br.Peek(min(remaining, r.br.Size()))
-		if len(chunk) > 0 {
-			if _, werr := w.Write(chunk); werr != nil {
-				return &WriteError{Err: werr}
-			}
-			_, _ = r.br.Discard(len(chunk))
-			remaining -= len(chunk)
-		}
-		if err != nil && remaining > 0 {
-			return noEOF(err)
-		}
-	}
-	return nil
+	return r.forward(nil, w, nil)
 }
 
 // ForwardLocked is Forward for a writer shared with other goroutines: l is
 // held only while writing a chunk, never while waiting for the source, so a
 // slow source cannot block the writer's other users. w is called under l.
 func (r *Reader) ForwardLocked(l sync.Locker, w func() *bufio.Writer) error {
+	return r.forward(l, nil, w)
+}
+
+// forward copies the current frame in buffer-sized chunks (no separate
+// allocation for frames larger than the buffer) to w, or to wf() under l.
+func (r *Reader) forward(l sync.Locker, w *bufio.Writer, wf func() *bufio.Writer) error {
 	if !r.pending {
 		return errors.New("wire: Forward without Next")
 	}
 	r.pending = false
 	remaining := HeaderLen + r.bodyLen
 	for remaining > 0 {
+		// Peek blocks until the chunk is buffered.
 		chunk, err := r.br.Peek(min(remaining, r.br.Size()))
 		if len(chunk) > 0 {
-			l.Lock()
-			_, werr := w().Write(chunk)
-			l.Unlock()
+			var werr error
+			if l != nil {
+				l.Lock()
+				_, werr = wf().Write(chunk)
+				l.Unlock()
+			} else {
+				_, werr = w.Write(chunk)
+			}
 			if werr != nil {
 				return &WriteError{Err: werr}
 			}
