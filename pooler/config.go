@@ -56,6 +56,12 @@ type Config struct {
 	// Default: 10000.
 	ClientStatementLimit int
 
+	// ClientStatementBytes bounds the total size of the named prepared
+	// statements (query text and names) one client may hold in transaction
+	// mode, since a few huge statements cost as much as many small ones.
+	// Exceeding it fails the Parse with SQLSTATE 53400. Default: 16 MiB.
+	ClientStatementBytes int
+
 	// ResetQuery runs on a server connection before it goes back to the pool
 	// after a session-mode client leaves. Default: "DISCARD ALL".
 	ResetQuery string
@@ -78,7 +84,7 @@ func (c *Config) Validate() error {
 	default:
 		return fmt.Errorf("pooler: unknown mode %q (want transaction or session)", c.Mode)
 	}
-	if c.MaxClients < 0 || c.MaxMessageLen < 0 || c.StatementCacheSize < 0 || c.ClientStatementLimit < 0 {
+	if c.MaxClients < 0 || c.MaxMessageLen < 0 || c.StatementCacheSize < 0 || c.ClientStatementLimit < 0 || c.ClientStatementBytes < 0 {
 		return errors.New("pooler: limits must not be negative")
 	}
 	if c.StartupTimeout < 0 || c.AcquireTimeout < 0 {
@@ -101,6 +107,9 @@ func (c *Config) Validate() error {
 	}
 	if c.ClientStatementLimit == 0 {
 		c.ClientStatementLimit = 10000
+	}
+	if c.ClientStatementBytes == 0 {
+		c.ClientStatementBytes = 16 << 20
 	}
 	if c.ResetQuery == "" {
 		c.ResetQuery = "DISCARD ALL"

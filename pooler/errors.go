@@ -33,6 +33,7 @@ const (
 	codeInvalidCatalogName   = "3D000"
 	codeAdminShutdown        = "57P01"
 	codeDuplicatePStatement  = "42P05"
+	codeUndefinedPStatement  = "26000"
 	codeFeatureNotSupported  = "0A000"
 	codeInsufficientResource = "53400"
 	codeQueryCanceled        = "57014"

@@ -38,6 +38,11 @@ func canonicalParam(k string) string {
 	return k
 }
 
+// unreported reports whether the server keeps a parameter to itself: a
+// change to it, by a client's SET, set_config or a function, produces no
+// ParameterStatus, so the pooler cannot see that it drifted.
+func unreported(k string) bool { return !trackedReported[k] }
+
 // initDesired records the parameter values the client expects: the server's
 // defaults for tracked parameters, overridden by the client's startup
 // parameters (tracked or not).
@@ -74,7 +79,40 @@ func (s *session) desiredKey() string {
 		b.WriteByte(0)
 	}
 	s.paramKey = b.String()
+	s.reapply = s.reapply[:0]
+	for _, k := range keys {
+		if !unreported(k) {
+			continue
+		}
+		if len(s.reapply) == 0 {
+			s.reapply = append(s.reapply, "SELECT "...)
+		} else {
+			s.reapply = append(s.reapply, ", "...)
+		}
+		s.reapply = append(s.reapply, "pg_catalog.set_config("+quoteLiteral(k)+", "+quoteLiteral(s.desired[k])+", false)"...)
+	}
+	if len(s.reapply) > 0 {
+		s.reapply = appendQuery(nil, string(s.reapply))
+	}
 	return s.paramKey
+}
+
+// reapplyParams stages, ahead of the client's first message of a
+// transaction, a quiet query that sets the client's unreported startup
+// parameters again, unless this session was the connection's last borrower.
+// An earlier client may have changed them with SET or set_config, and the
+// server would not have said so (search_path, for one). Pipelined with the
+// client's own message it costs no round trip. s.mu must be held.
+func (s *session) reapplyParams(a *attachment) error {
+	s.desiredKey()
+	last := a.st.lastUser
+	a.st.lastUser = s.id
+	if last == s.id || len(s.reapply) == 0 {
+		return nil
+	}
+	s.push(a, entry{kind: eQuery, quiet: true})
+	a.st.unnamedOK = false // a simple Query destroys the unnamed statement
+	return s.writeServer(a, s.reapply)
 }
 
 // syncParams brings conn's parameters in line with what the client expects,
@@ -87,6 +125,7 @@ func (s *session) syncParams(ctx context.Context, conn *backend.Conn) error {
 		st = newServerState()
 		conn.State = st
 	}
+	fresh := st.lastUser == s.id // nothing but this session touched it since it last synced
 	if key := s.desiredKey(); st.syncedKey == key {
 		return nil
 	}
@@ -99,7 +138,7 @@ func (s *session) syncParams(ctx context.Context, conn *backend.Conn) error {
 			if conn.Params[k] == v {
 				continue
 			}
-		} else if cur, ok := st.set[k]; ok && cur == v {
+		} else if cur, ok := st.set[k]; ok && cur == v && fresh {
 			continue
 		} else {
 			if setUnreported == nil {
@@ -131,31 +170,61 @@ func (s *session) syncParams(ctx context.Context, conn *backend.Conn) error {
 	}
 	q += resets.String()
 	st.unnamedOK = false // a simple Query destroys the unnamed statement
-	nc := conn.NetConn()
 	deadline := time.Now().Add(s.p.cfg.AcquireTimeout)
 	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
 		deadline = d
 	}
+	err := exchange(conn, q, deadline, func(name, value string) {
+		if cur, ok := s.desired[name]; ok && cur != value {
+			s.desired[name] = value
+			s.paramKey = ""
+		}
+	})
+	if err != nil {
+		// On a server error the whole multi-statement query ran as one
+		// implicit transaction and was rolled back: nothing changed.
+		return err
+	}
+	for k, v := range setUnreported {
+		st.set[k] = v
+	}
+	for _, k := range resetUnreported {
+		delete(st.set, k)
+	}
+	st.syncedKey = s.desiredKey()
+	st.lastUser = s.id
+	return nil
+}
+
+// exchange runs one simple Query of the pooler's own on an idle server
+// connection that no client is using, and reads its replies up to
+// ReadyForQuery, all before deadline. Each ParameterStatus updates the
+// connection's parameters and is passed to onParam (which may be nil). It
+// returns the server's error as a *PGError (FATAL if the server said so), or
+// a FATAL 08006 when the connection failed, in which case it must be
+// destroyed.
+func exchange(conn *backend.Conn, sql string, deadline time.Time, onParam func(name, value string)) error {
+	nc := conn.NetConn()
 	_ = nc.SetDeadline(deadline)
 	defer func() { _ = nc.SetDeadline(time.Time{}) }()
-
-	if _, err := conn.W.Write(appendQuery(nil, q)); err != nil {
-		return fatal(codeConnectionFailure, "server connection lost", err)
+	lost := func(err error) error { return fatal(codeConnectionFailure, "server connection lost", err) }
+	if _, err := conn.W.Write(appendQuery(nil, sql)); err != nil {
+		return lost(err)
 	}
 	if err := conn.W.Flush(); err != nil {
-		return fatal(codeConnectionFailure, "server connection lost", err)
+		return lost(err)
 	}
 	var serverErr *PGError
 	for {
 		typ, _, err := conn.R.Next()
 		if err != nil {
-			return fatal(codeConnectionFailure, "server connection lost", err)
+			return lost(err)
 		}
 		switch typ {
 		case 'S':
 			body, err := conn.R.Body()
 			if err != nil {
-				return fatal(codeConnectionFailure, "server connection lost", err)
+				return lost(err)
 			}
 			var ps pgproto3.ParameterStatus
 			if ps.Decode(body) == nil {
@@ -163,18 +232,17 @@ func (s *session) syncParams(ctx context.Context, conn *backend.Conn) error {
 					conn.Params = make(map[string]string)
 				}
 				conn.Params[ps.Name] = ps.Value
-				if cur, ok := s.desired[ps.Name]; ok && cur != ps.Value {
-					s.desired[ps.Name] = ps.Value
-					s.paramKey = ""
+				if onParam != nil {
+					onParam(ps.Name, ps.Value)
 				}
 			}
 		case 'E':
 			body, err := conn.R.Body()
 			if err != nil {
-				return fatal(codeConnectionFailure, "server connection lost", err)
+				return lost(err)
 			}
 			var er pgproto3.ErrorResponse
-			if er.Decode(body) == nil {
+			if serverErr == nil && er.Decode(body) == nil {
 				serverErr = &PGError{Severity: "ERROR", Code: er.Code, Message: er.Message, Detail: er.Detail, Hint: er.Hint}
 				if er.Severity == "FATAL" || er.Severity == "PANIC" {
 					serverErr.Severity = "FATAL"
@@ -182,24 +250,15 @@ func (s *session) syncParams(ctx context.Context, conn *backend.Conn) error {
 			}
 		case 'Z':
 			if err := conn.R.Skip(); err != nil {
-				return fatal(codeConnectionFailure, "server connection lost", err)
+				return lost(err)
 			}
 			if serverErr != nil {
-				// The whole multi-statement query ran as one implicit
-				// transaction and was rolled back: nothing changed.
 				return serverErr
 			}
-			for k, v := range setUnreported {
-				st.set[k] = v
-			}
-			for _, k := range resetUnreported {
-				delete(st.set, k)
-			}
-			st.syncedKey = s.desiredKey()
 			return nil
 		default:
 			if err := conn.R.Skip(); err != nil {
-				return fatal(codeConnectionFailure, "server connection lost", err)
+				return lost(err)
 			}
 		}
 	}

@@ -43,6 +43,7 @@ type Pooler struct {
 
 	active atomic.Int64 // sessions past the startup packet, for MaxClients
 	open   atomic.Int64 // sessions between register and unregister
+	nextID atomic.Uint64
 	wg     sync.WaitGroup
 
 	paramsMu sync.Mutex

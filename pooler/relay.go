@@ -1,6 +1,7 @@
 package pooler
 
 import (
+	"bytes"
 	"errors"
 	"os"
 	"sync/atomic"
@@ -81,11 +82,17 @@ func (s *session) push(a *attachment, e entry) {
 // replayed Parse did not prepare anything, a client's Parse did not create
 // its name. s.mu must be held.
 func (s *session) discard(a *attachment, e *entry) {
-	if e.kind == eParse {
+	switch e.kind {
+	case eParse:
 		a.st.forget(e)
+	case eClose:
+		if e.injected && e.stmt != "" {
+			// An eviction the server skipped: the statement stays there.
+			a.st.maybe[e.stmt] = struct{}{}
+		}
 	}
 	if e.clientName != "" && s.stmts[e.clientName] == e.cst {
-		delete(s.stmts, e.clientName)
+		s.dropClientStmt(e.clientName)
 	}
 }
 
@@ -215,11 +222,17 @@ func (s *session) relayOne(a *attachment) relayResult {
 		pop = head != nil && head.kind == eDescribe
 	case 'C', 'I', 's': // CommandComplete, EmptyQueryResponse, PortalSuspended
 		pop = head != nil && head.kind == eExecute
+		if typ == 'C' && len(body) > 0 && body[0] == 'D' {
+			s.serverDropped(a, body, quiet)
+		}
 	case 'G', 'W': // CopyInResponse, CopyBothResponse: the server waits for data
 		result = relayWaiting
 	case 'S': // ParameterStatus
 		s.noteParameter(a, body, quiet)
 	case 'E':
+		if head != nil && head.stmt != "" {
+			s.statementError(a, head, body)
+		}
 		if head != nil {
 			switch head.kind {
 			case eParse, eBind, eDescribe, eExecute, eClose:
@@ -279,6 +292,38 @@ func (s *session) relayOne(a *attachment) relayResult {
 	return result
 }
 
+// statementError brings the statement cache back in line when the server
+// contradicts it about a statement the pooler named: 42P05 for a Parse means
+// the name exists after all (it is closed before the next Parse), 26000 for
+// a Bind or Describe means it does not (the next use prepares it again). The
+// request at hand still fails; the next one does not. s.mu must be held.
+func (s *session) statementError(a *attachment, e *entry, body []byte) {
+	switch code := errorCode(body); {
+	case code == codeDuplicatePStatement && e.kind == eParse:
+		a.st.remove(e.stmt)
+		a.st.maybe[e.stmt] = struct{}{}
+		e.stmt = "" // already handled: discard must not forget it again
+	case code == codeUndefinedPStatement && (e.kind == eBind || e.kind == eDescribe):
+		a.st.remove(e.stmt)
+	}
+}
+
+// errorCode returns the SQLSTATE field of an ErrorResponse body.
+func errorCode(body []byte) string {
+	for len(body) > 1 {
+		f := body[0]
+		i := bytes.IndexByte(body[1:], 0)
+		if i < 0 {
+			return ""
+		}
+		if f == 'C' {
+			return string(body[1 : 1+i])
+		}
+		body = body[2+i:]
+	}
+	return ""
+}
+
 // releasable reports whether a connection at rest (ReadyForQuery seen,
 // nothing pending) goes back to the pool. s.mu must be held.
 func (s *session) releasable(a *attachment) bool {
@@ -317,7 +362,7 @@ func (s *session) finishRelease(a *attachment) {
 		}
 	}
 	s.mu.Lock()
-	destroy := a.destroy || a.st.poisoned
+	destroy := a.destroy
 	draining := s.draining
 	s.mu.Unlock()
 	if destroy {

@@ -44,6 +44,7 @@ type session struct {
 
 	pid    uint32
 	secret [4]byte
+	id     uint64 // unique for the pooler's lifetime, unlike pid
 
 	// Owner-only state.
 	rwc      io.ReadWriteCloser
@@ -56,6 +57,7 @@ type session struct {
 	pool     *backend.Pool
 	desired  map[string]string // parameter values the client believes are in effect
 	paramKey string            // desired, serialised; "" when it must be recomputed
+	reapply  []byte            // Query frame setting the unreported desired parameters (see reapplyParams)
 	unnamed  *stmt             // the client's unnamed statement, for replay
 	skipping bool              // dropping messages until Sync after an error the pooler raised
 	lastSync bool              // the last client message was Sync, Query, FunctionCall, CopyDone or CopyFail
@@ -77,6 +79,7 @@ type session struct {
 	mu         sync.Mutex
 	waitCancel context.CancelCauseFunc // set while waiting for a server connection
 	stmts      map[string]*stmt        // the client's named prepared statements (transaction mode)
+	stmtBytes  int                     // their size, for ClientStatementBytes
 	att        *attachment
 	draining   bool
 	killed     bool
@@ -89,6 +92,7 @@ func newSession(p *Pooler, rwc io.ReadWriteCloser, peer Peer) *session {
 	}
 	s := &session{
 		p:    p,
+		id:   p.nextID.Add(1),
 		peer: peer,
 		rwc:  rwc,
 		cr:   wire.NewReader(rwc, clientReadBuf, p.cfg.MaxMessageLen),
@@ -327,7 +331,12 @@ func (s *session) attach(ctx context.Context) (*attachment, error) {
 		return nil, err
 	}
 	s.mu.Lock()
-	return s.startAttachment(conn), nil
+	a := s.startAttachment(conn)
+	if err := s.reapplyParams(a); err != nil {
+		s.mu.Unlock()
+		return nil, err
+	}
+	return a, nil
 }
 
 // startRelay starts the relay goroutine for a. s.mu must be held.

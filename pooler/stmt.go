@@ -1,12 +1,14 @@
 package pooler
 
 import (
+	"bytes"
 	"container/list"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
 	"strings"
+	"unsafe"
 
 	"github.com/pgquic/pgquic/internal/wire"
 )
@@ -31,41 +33,66 @@ const serverStmtPrefix = "pgq_"
 
 // stmt is one client statement as the pooler replays it.
 type stmt struct {
-	key   string // query text, NUL, parameter count and OIDs: the statement's identity
+	key   string // query text, NUL, parameter count and OIDs: the statement's identity (aliases parse)
 	name  string // server-side name; "" for the unnamed statement
-	parse []byte // complete Parse frame under the server name
+	parse []byte // complete Parse frame under the server name; never modified
 }
 
-func newStmt(name, key string) *stmt {
+// newStmt builds the Parse frame of a statement once. Its key is a view into
+// that frame rather than a second copy of the query text: the frame is never
+// written again, so the string stays immutable.
+func newStmt(name string, key []byte) *stmt {
 	frame := wire.AppendHeader(make([]byte, 0, 5+len(name)+1+len(key)), 'P', len(name)+1+len(key))
 	frame = append(frame, name...)
 	frame = append(frame, 0)
+	off := len(frame)
 	frame = append(frame, key...)
-	return &stmt{key: key, name: name, parse: frame}
+	st := &stmt{name: name, parse: frame}
+	if len(key) > 0 {
+		st.key = unsafe.String(&frame[off], len(key))
+	}
+	return st
 }
 
-func serverStmtName(key string) string {
-	h := sha256.Sum256([]byte(key))
+// size is what the statement costs the pooler, for ClientStatementBytes.
+func (st *stmt) size() int { return len(st.parse) + len(st.name) }
+
+func serverStmtName(key []byte) string {
+	h := sha256.Sum256(key)
 	return serverStmtPrefix + hex.EncodeToString(h[:12])
 }
 
 // serverState is what the pooler knows about one server connection: the
 // statements prepared on it, its unnamed statement, and the run-time
 // parameters the pooler set on it that the server does not report.
+//
+// The statement cache must follow the server's truth, whoever changed it:
+// a DEALLOCATE or DISCARD in any protocol is seen by its command tag, a
+// Close the server skipped after an error leaves its name in maybe, and
+// a 26000 or 42P05 answer corrects the entry it names. A name that may
+// exist on the server although the cache does not list it is closed before
+// it is prepared again (closing a missing statement is not an error).
 type serverState struct {
 	lru        *list.List // of *cachedStmt, most recent first
 	byName     map[string]*list.Element
+	maybe      map[string]struct{} // not cached, but may still exist on the server
+	unsure     bool                // any pooler name may exist on the server (a DEALLOCATE of some name ran)
 	unnamedKey string
 	unnamedOK  bool
 	set        map[string]string
 	syncedKey  string // parameters of the last session synced, serialised (see syncParams)
-	poisoned   bool   // state unknown (DISCARD ALL ran): destroy at release
+	lastUser   uint64 // session that last borrowed the connection (see reapplyParams)
 }
 
 type cachedStmt struct{ name, key string }
 
 func newServerState() *serverState {
-	return &serverState{lru: list.New(), byName: make(map[string]*list.Element), set: make(map[string]string)}
+	return &serverState{
+		lru:    list.New(),
+		byName: make(map[string]*list.Element),
+		maybe:  make(map[string]struct{}),
+		set:    make(map[string]string),
+	}
 }
 
 // lookup reports whether the server holds name for key, and whether it
@@ -111,14 +138,33 @@ func (st *serverState) forget(e *entry) {
 	}
 }
 
-// reset forgets everything after DISCARD ALL.
-func (st *serverState) reset() {
+// mayHold reports whether name may exist on the server although the cache
+// does not list it, and forgets that doubt: the caller closes it first.
+func (st *serverState) mayHold(name string) bool {
+	if _, ok := st.maybe[name]; ok {
+		delete(st.maybe, name)
+		return true
+	}
+	return st.unsure
+}
+
+// dropStatements forgets every cached statement after the server ran
+// DEALLOCATE or DISCARD. certain says every statement is gone (DEALLOCATE
+// ALL, DISCARD ALL); otherwise some unknown one is, so the cache is emptied
+// and every name may still exist.
+func (st *serverState) dropStatements(certain bool) {
 	st.lru.Init()
 	clear(st.byName)
+	clear(st.maybe)
+	st.unsure = !certain
+	st.unnamedOK = false
+}
+
+// reset forgets everything after DISCARD ALL.
+func (st *serverState) reset() {
+	st.dropStatements(true)
 	clear(st.set)
 	st.syncedKey = ""
-	st.unnamedOK = false
-	st.poisoned = false
 }
 
 // ensurePrepared makes sure a's server holds st, replaying the Parse when it
@@ -128,7 +174,7 @@ func (s *session) ensurePrepared(a *attachment, st *stmt) error {
 	if present {
 		return nil
 	}
-	if conflict {
+	if conflict || a.st.mayHold(st.name) {
 		if err := s.injectClose(a, st.name); err != nil {
 			return err
 		}
@@ -171,7 +217,9 @@ func (s *session) injectClose(a *attachment, name string) error {
 	frame = append(frame, name...)
 	frame = append(frame, 0)
 	s.scratch = frame[:0]
-	s.push(a, entry{kind: eClose, injected: true})
+	// If the server skips this Close (an error earlier in the pipeline),
+	// the statement stays: discard then records the name in maybe.
+	s.push(a, entry{kind: eClose, injected: true, stmt: name})
 	a.st.remove(name)
 	return s.writeServer(a, frame)
 }
@@ -189,20 +237,20 @@ func (s *session) handleParse(ctx context.Context) error {
 	if !ok || len(rest) < 3 {
 		return fatal(codeProtocolViolation, "invalid Parse message", nil)
 	}
-	name, key := string(nameB), string(rest)
-	if name == "" {
-		u := newStmt("", key)
+	if len(nameB) == 0 {
+		u := newStmt("", rest)
 		s.unnamed = u
 		a, err := s.attach(ctx)
 		if err != nil {
 			return s.raise(err, false)
 		}
 		s.push(a, entry{kind: eParse, unnamed: true})
-		a.st.unnamedKey, a.st.unnamedOK = key, true
+		a.st.unnamedKey, a.st.unnamedOK = u.key, true
 		err = s.writeServer(a, u.parse)
 		s.mu.Unlock()
 		return err
 	}
+	name := string(nameB)
 	a, err := s.attach(ctx)
 	if err != nil {
 		return s.raise(err, false)
@@ -216,21 +264,29 @@ func (s *session) handleParse(ctx context.Context) error {
 		return s.raise(pgerr(codeInsufficientResource,
 			fmt.Sprintf("too many prepared statements (limit %d per client)", s.p.cfg.ClientStatementLimit), nil), false)
 	}
-	defer s.mu.Unlock()
-	st := newStmt(serverStmtName(key), key)
-	if s.stmts == nil {
-		s.stmts = make(map[string]*stmt)
+	if s.stmtBytes+len(rest) > s.p.cfg.ClientStatementBytes {
+		s.mu.Unlock()
+		return s.raise(pgerr(codeInsufficientResource,
+			fmt.Sprintf("prepared statements too large (limit %d bytes of statement text per client)", s.p.cfg.ClientStatementBytes), nil), false)
 	}
+	defer s.mu.Unlock()
+	st := newStmt(serverStmtName(rest), rest)
 	// The name exists for the client only once the server accepts the
 	// Parse: the relay removes it again if the Parse fails or is skipped.
-	s.stmts[name] = st
-	if present, _ := a.st.lookup(st.name, st.key); present {
+	s.addClientStmt(name, st)
+	present, conflict := a.st.lookup(st.name, st.key)
+	if present {
 		// The server already has it: answer ParseComplete in order.
 		if a.pending() > 0 || a.skipping {
 			s.push(a, entry{kind: eSynthetic, synthetic: parseComplete, clientName: name, cst: st})
 			return nil
 		}
 		return s.writeClient(parseComplete)
+	}
+	if conflict || a.st.mayHold(st.name) {
+		if err := s.injectClose(a, st.name); err != nil {
+			return err
+		}
 	}
 	if err := s.ensureRoom(a); err != nil {
 		return err
@@ -278,11 +334,12 @@ func (s *session) handleBind(ctx context.Context) error {
 			return err
 		}
 	}
-	s.push(a, entry{kind: eBind})
 	if st == nil {
 		// Unnamed, or unknown to us: the server answers (26000 if unknown).
+		s.push(a, entry{kind: eBind})
 		return s.writeServer(a, s.frame('B', body))
 	}
+	s.push(a, entry{kind: eBind, stmt: st.name})
 	frame := wire.AppendHeader(s.scratch[:0], 'B', len(portal)+1+len(st.name)+1+len(rest))
 	frame = append(frame, portal...)
 	frame = append(frame, 0)
@@ -338,10 +395,11 @@ func (s *session) handleDescribe(ctx context.Context) error {
 			}
 		}
 	}
-	s.push(a, entry{kind: eDescribe})
 	if st == nil {
+		s.push(a, entry{kind: eDescribe})
 		return s.writeServer(a, s.frame('D', body))
 	}
+	s.push(a, entry{kind: eDescribe, stmt: st.name})
 	frame := wire.AppendHeader(s.scratch[:0], 'D', 1+len(st.name)+1)
 	frame = append(frame, 'S')
 	frame = append(frame, st.name...)
@@ -371,7 +429,7 @@ func (s *session) handleClose(ctx context.Context) error {
 	}
 	if kind == 'S' && len(name) > 0 {
 		s.mu.Lock()
-		delete(s.stmts, string(name))
+		s.dropClientStmt(string(name))
 		s.mu.Unlock()
 		return s.respond(closeComplete, false)
 	}
@@ -413,20 +471,15 @@ func (s *session) handleQuery(ctx context.Context) error {
 		_, known := s.stmts[arg]
 		switch {
 		case arg == "all":
-			clear(s.stmts)
+			s.clearClientStmts(nil)
 			s.unnamed = nil
 			s.mu.Unlock()
 			return s.respond(commandComplete("DEALLOCATE ALL"), true)
 		case known:
-			delete(s.stmts, arg)
+			s.dropClientStmt(arg)
 			s.mu.Unlock()
 			return s.respond(commandComplete("DEALLOCATE"), true)
 		}
-		s.mu.Unlock()
-	case "discard all":
-		s.mu.Lock()
-		clear(s.stmts)
-		s.unnamed = nil
 		s.mu.Unlock()
 	}
 	a, err := s.attach(ctx)
@@ -436,12 +489,82 @@ func (s *session) handleQuery(ctx context.Context) error {
 	defer s.mu.Unlock()
 	s.push(a, entry{kind: eQuery})
 	a.st.unnamedOK = false // a simple Query destroys the unnamed statement
-	if mayDropStatements(sql) {
-		// DISCARD ALL or DEALLOCATE ALL reached the server: what it holds
-		// is no longer known, so it is not reused.
-		a.st.poisoned = true
-	}
+	// A DEALLOCATE or DISCARD that reaches the server, in this protocol or
+	// the extended one, is seen by its command tag (see serverDropped).
 	return s.writeServer(a, s.frame('Q', body))
+}
+
+// addClientStmt records a client's named statement. s.mu must be held.
+func (s *session) addClientStmt(name string, st *stmt) {
+	if s.stmts == nil {
+		s.stmts = make(map[string]*stmt)
+	}
+	if old := s.stmts[name]; old != nil {
+		s.stmtBytes -= old.size()
+	}
+	s.stmts[name] = st
+	s.stmtBytes += st.size()
+}
+
+// dropClientStmt forgets a client's named statement. s.mu must be held.
+func (s *session) dropClientStmt(name string) {
+	if old := s.stmts[name]; old != nil {
+		s.stmtBytes -= old.size()
+		delete(s.stmts, name)
+	}
+}
+
+// clearClientStmts forgets every named statement of the client except
+// those in keep. s.mu must be held.
+func (s *session) clearClientStmts(keep map[string]*stmt) {
+	for name, st := range s.stmts {
+		if keep[name] != st {
+			s.dropClientStmt(name)
+		}
+	}
+}
+
+// Command tags of the statements that remove prepared statements.
+var (
+	tagDeallocateAll = []byte("DEALLOCATE ALL\x00")
+	tagDeallocate    = []byte("DEALLOCATE\x00")
+	tagDiscardAll    = []byte("DISCARD ALL\x00")
+)
+
+// serverDropped follows a CommandComplete that says the server removed
+// prepared statements, whoever asked for it and in whichever protocol: the
+// server's cache is emptied (certainly, or with every name in doubt after a
+// DEALLOCATE of one unknown name), and a client's own DEALLOCATE ALL or
+// DISCARD ALL removes its named statements as PostgreSQL would. Statements
+// the pooler or the client staged behind it are created after it runs, so
+// they are kept (the server's copies as names in doubt). s.mu must be held.
+func (s *session) serverDropped(a *attachment, tag []byte, quiet bool) {
+	var certain bool
+	switch {
+	case bytes.Equal(tag, tagDeallocateAll), bytes.Equal(tag, tagDiscardAll):
+		certain = true
+	case bytes.Equal(tag, tagDeallocate):
+	default:
+		return
+	}
+	a.st.dropStatements(certain)
+	var later map[string]*stmt
+	for i := a.head + 1; i < len(a.queue); i++ {
+		e := &a.queue[i]
+		if e.kind == eParse && e.stmt != "" {
+			a.st.maybe[e.stmt] = struct{}{}
+		}
+		if e.clientName != "" && e.cst != nil {
+			if later == nil {
+				later = make(map[string]*stmt)
+			}
+			later[e.clientName] = e.cst
+		}
+	}
+	if certain && !quiet {
+		s.clearClientStmts(later)
+		s.unnamed = nil
+	}
 }
 
 func commandComplete(tag string) []byte {
@@ -450,8 +573,7 @@ func commandComplete(tag string) []byte {
 	return append(b, 0)
 }
 
-// classifyQuery recognises "DEALLOCATE [PREPARE] name|ALL" and "DISCARD
-// ALL" standing alone. It returns the verb and the (unquoted) argument.
+// classifyQuery recognises "DEALLOCATE [PREPARE] name|ALL" standing alone. It returns the verb and the (unquoted) argument.
 func classifyQuery(sql []byte) (verb, arg string) {
 	if len(sql) > 256 || !startsWithD(sql) {
 		return "", "" // the common case: no allocation
@@ -484,18 +606,8 @@ func classifyQuery(sql []byte) (verb, arg string) {
 			name = strings.ToLower(name)
 		}
 		return "deallocate", name
-	case "discard":
-		if len(f) == 2 && strings.EqualFold(f[1], "all") {
-			return "discard all", ""
-		}
 	}
 	return "", ""
-}
-
-// mayDropStatements reports whether a query might remove prepared
-// statements the pooler placed on the server.
-func mayDropStatements(sql []byte) bool {
-	return containsFold(sql, "discard") || (containsFold(sql, "deallocate") && containsFold(sql, "all"))
 }
 
 func startsWithD(b []byte) bool {
@@ -512,19 +624,3 @@ func startsWithD(b []byte) bool {
 	return false
 }
 
-// containsFold reports whether b contains the lower-case ASCII word w,
-// ignoring case, without allocating.
-func containsFold(b []byte, w string) bool {
-	for i := 0; i+len(w) <= len(b); i++ {
-		j := 0
-		for ; j < len(w); j++ {
-			if b[i+j]|0x20 != w[j] {
-				break
-			}
-		}
-		if j == len(w) {
-			return true
-		}
-	}
-	return false
-}
