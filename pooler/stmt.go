@@ -623,4 +623,3 @@ func startsWithD(b []byte) bool {
 	}
 	return false
 }
-
