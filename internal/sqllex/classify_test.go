@@ -254,6 +254,12 @@ var classifyCases = []struct {
 	{"CREATE OR REPLACE PROCEDURE p() LANGUAGE sql BEGIN ATOMIC SELECT CASE WHEN true THEN 1 END; END; RESET ROLE",
 		ResetRole, 2},
 	{"create function f(begin int) returns int language sql return begin; SET ROLE x", SetRole, 2},
+	// A routine's body does not run when it is created; a CREATE TABLE AS does.
+	{"CREATE FUNCTION f() RETURNS text LANGUAGE sql RETURN set_config('role', 'x', false)", 0, 1},
+	{"CREATE FUNCTION f() RETURNS text LANGUAGE sql BEGIN ATOMIC SELECT set_config('role', 'x', false); END", 0, 1},
+	{`CREATE PROCEDURE p() LANGUAGE sql BEGIN ATOMIC SELECT "set_config"('role', 'x', false); END`, 0, 1},
+	{"CREATE TABLE t AS SELECT set_config('role', 'x', false)", SetConfig | SetRole, 1},
+	{"CREATE VIEW v AS SELECT pg_advisory_lock(1)", AdvisoryLock, 1},
 	{"CREATE FUNCTION f() RETURNS int LANGUAGE sql BEGIN ATOMIC SELECT 1; SET ROLE x", Incomplete, 1},
 	{"CREATE TABLE begin_atomic (a int); BEGIN", Begin, 2},
 

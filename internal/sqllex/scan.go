@@ -80,7 +80,7 @@ func (ss *stmtScan) token(t token, l lexer) Flags {
 			ss.paren--
 		}
 	case tQIdent:
-		if t.end-t.start < 40 {
+		if t.end-t.start < 40 && !ss.routine() {
 			var buf [48]byte
 			if name, ok := appendIdent(buf[:0], ss.src, t); ok {
 				return ss.call(string(name), l)
@@ -88,48 +88,51 @@ func (ss *stmtScan) token(t token, l lexer) Flags {
 		}
 	case tIdent:
 		w := ss.src[t.start:t.end]
+		k := loopKeyword(w)
 		if ss.nids < len(ss.ids) {
-			switch {
-			case eqFold(w, "create"):
+			switch k {
+			case kwCreate:
 				ss.ids[ss.nids] = 'c'
-			case eqFold(w, "or"):
+			case kwOr:
 				ss.ids[ss.nids] = 'o'
-			case eqFold(w, "replace"):
+			case kwReplace:
 				ss.ids[ss.nids] = 'r'
-			case eqFold(w, "function"):
+			case kwFunction:
 				ss.ids[ss.nids] = 'f'
-			case eqFold(w, "procedure"):
+			case kwProcedure:
 				ss.ids[ss.nids] = 'p'
 			}
 		}
 		ss.nids++
-		if ss.routine() && ss.paren == 0 {
-			switch {
-			case eqFold(w, "begin"):
+		routine := ss.routine()
+		if routine && ss.paren == 0 {
+			switch k {
+			case kwBegin:
 				peek := l
 				if n := peek.next(); n.kind == tIdent && eqFold(ss.src[n.start:n.end], "atomic") {
 					ss.begin++
 				}
-			case eqFold(w, "case"):
+			case kwCase:
 				if ss.begin > 0 {
 					ss.begin++
 				}
-			case eqFold(w, "end"):
+			case kwEnd:
 				if ss.begin > 0 {
 					ss.begin--
 				}
 			}
 		}
 		switch {
-		case eqFold(w, "insert") || eqFold(w, "merge"):
+		case k == kwInsert:
 			ss.afterInsert = true
-		case eqFold(w, "into"):
+		case k == kwInto:
 			ss.into = !afterInsert
-		case into && (eqFold(w, "global") || eqFold(w, "local")):
+		case into && k == kwLocal:
 			ss.into = true
-		case into && (eqFold(w, "temp") || eqFold(w, "temporary")):
+		case into && k == kwTemp:
 			return CreateTemp
-		case len(w) >= 10 && (w[0]|0x20 == 's' || w[0]|0x20 == 'p'):
+		case len(w) >= 10 && (w[0]|0x20 == 's' || w[0]|0x20 == 'p') && !routine:
+			// A routine's body and defaults do not run when it is created.
 			var buf [32]byte
 			if len(w) < len(buf) {
 				for i := 0; i < len(w); i++ {
@@ -300,4 +303,80 @@ func parseBool(v []byte) (val, ok bool) {
 		return false, true
 	}
 	return false, false
+}
+
+// kw names the words the statement scan watches for.
+type kw uint8
+
+const (
+	kwNone kw = iota
+	kwCreate
+	kwOr
+	kwReplace
+	kwFunction
+	kwProcedure
+	kwBegin
+	kwCase
+	kwEnd
+	kwInsert // INSERT or MERGE
+	kwInto
+	kwLocal // LOCAL or GLOBAL
+	kwTemp  // TEMP or TEMPORARY
+)
+
+// loopKeyword returns the watched keyword w is, if any.
+func loopKeyword(w string) kw {
+	switch len(w) {
+	case 2:
+		if eqFold(w, "or") {
+			return kwOr
+		}
+	case 3:
+		if eqFold(w, "end") {
+			return kwEnd
+		}
+	case 4:
+		switch {
+		case eqFold(w, "case"):
+			return kwCase
+		case eqFold(w, "into"):
+			return kwInto
+		case eqFold(w, "temp"):
+			return kwTemp
+		}
+	case 5:
+		switch {
+		case eqFold(w, "begin"):
+			return kwBegin
+		case eqFold(w, "merge"):
+			return kwInsert
+		case eqFold(w, "local"):
+			return kwLocal
+		}
+	case 6:
+		switch {
+		case eqFold(w, "create"):
+			return kwCreate
+		case eqFold(w, "insert"):
+			return kwInsert
+		case eqFold(w, "global"):
+			return kwLocal
+		}
+	case 7:
+		if eqFold(w, "replace") {
+			return kwReplace
+		}
+	case 8:
+		if eqFold(w, "function") {
+			return kwFunction
+		}
+	case 9:
+		switch {
+		case eqFold(w, "procedure"):
+			return kwProcedure
+		case eqFold(w, "temporary"):
+			return kwTemp
+		}
+	}
+	return kwNone
 }
