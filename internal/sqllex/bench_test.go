@@ -1,0 +1,52 @@
+package sqllex
+
+import "testing"
+
+// hotQueries are statements a pooler classifies on every simple Query or
+// Parse; none of them may allocate.
+var hotQueries = []string{
+	"SELECT * FROM t WHERE id = $1",
+	"select a, b from accounts where owner = $1 and created_at > now() - interval '1 day'",
+	"INSERT INTO t (a, b) VALUES ($1, $2) RETURNING id",
+	"BEGIN",
+	"SET ROLE bob",
+	"SET LOCAL statement_timeout = '5s'",
+	"DEALLOCATE pgx_1",
+	"SELECT set_config('role', 'bob', false)",
+	`SELECT "Quoted" FROM "Table" -- comment` + "\n",
+	"SELECT 1; SELECT 2; COMMIT",
+}
+
+func TestClassifyAllocs(t *testing.T) {
+	for _, q := range hotQueries {
+		if n := testing.AllocsPerRun(100, func() { Classify(q) }); n != 0 {
+			t.Errorf("Classify(%q) allocates %.1f times per run, want 0", q, n)
+		}
+	}
+}
+
+func BenchmarkClassify(b *testing.B) {
+	for _, bc := range []struct{ name, sql string }{
+		{"select", hotQueries[0]},
+		{"set_role", hotQueries[4]},
+		{"set_config", hotQueries[7]},
+		{"multi", hotQueries[9]},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			b.ReportAllocs()
+			b.SetBytes(int64(len(bc.sql)))
+			for b.Loop() {
+				Classify(bc.sql)
+			}
+		})
+	}
+}
+
+func BenchmarkStatements(b *testing.B) {
+	sql := hotQueries[9]
+	b.ReportAllocs()
+	for b.Loop() {
+		for range Statements(sql) {
+		}
+	}
+}

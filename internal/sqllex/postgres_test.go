@@ -1,0 +1,224 @@
+package sqllex
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/pgquic/pgquic/internal/pgtest"
+)
+
+// pieces are expressions that are hard to lex; statementText joins them into
+// SELECTs with comments and odd spacing between tokens.
+var pieces = []string{
+	`1`, `1.5e3`, `.5`, `1e-3`, `'a'`, `'it''s'`, `'a;b'`, `'--'`, `'/*'`, `E'\''`, `E'a\\'`,
+	`E'\\'';'`, `e'\x27;'`, `'\'`, `'C:\temp'`, `U&'\0041;'`, `U&'!0041' UESCAPE '!'`,
+	`$$;$$`, `$a$;$$;$a$`, `$a$ $b$ ; $b$ $a$`, `$_1$x$_1$`, `b'01'`, `x'0f'`, `n'x'`,
+	"'a'\n'b'", "'a' -- c;\n 'b'", "'a' \r\n\t 'b'", `'a' || 'b'`, "1 +-- ;\n 2", `1 */* ; */ 2`,
+	`2 - -1`, `(SELECT ';')`, `ARRAY[';', '$$']`, `'x'::text`, `(SELECT "c"."relname" FROM pg_class "c" LIMIT 1)`, `1 AS "a$;""b"`, `(SELECT "relname" FROM pg_class LIMIT 1) AS "--"`,
+}
+
+// separators go between tokens; each is white space or a comment.
+var separators = []string{" ", "  ", "\n", "\t", "/* ; */", "/* /* ; */ ; */", "-- ; '\n", " /*$$*/ "}
+
+// statementText builds n statements from random pieces.
+func statementText(r *rand.Rand, n int) string {
+	var b strings.Builder
+	sep := func() string { return separators[r.IntN(len(separators))] }
+	for i := range n {
+		if i > 0 {
+			b.WriteString(sep() + ";" + sep())
+			if r.IntN(4) == 0 {
+				b.WriteString(";" + sep()) // an empty statement
+			}
+		}
+		b.WriteString("SELECT" + sep() + pieces[r.IntN(len(pieces))])
+		if r.IntN(2) == 0 {
+			b.WriteString(sep() + "," + sep() + pieces[r.IntN(len(pieces))])
+		}
+		if r.IntN(3) == 0 {
+			b.WriteString(sep() + "FROM" + sep() + `pg_class "c"` + sep() + "LIMIT 1")
+		}
+	}
+	return b.String()
+}
+
+// TestAgainstPostgres checks the lexer's readings against a real
+// PostgreSQL: where statements split, which texts are rejected, what names
+// prepared statements get, and when the identity changes.
+func TestAgainstPostgres(t *testing.T) {
+	c := pgtest.New(t, pgtest.Options{})
+	t.Run("Splits", func(t *testing.T) { splitsLikePostgres(t, c) })
+	t.Run("IncompleteIsRejected", func(t *testing.T) { incompleteIsRejected(t, c) })
+	t.Run("Names", func(t *testing.T) { namesLikePostgres(t, c) })
+	t.Run("Identity", func(t *testing.T) { identityLikePostgres(t, c) })
+}
+
+func pgConnect(ctx context.Context, t *testing.T, c *pgtest.Cluster) *pgconn.PgConn {
+	t.Helper()
+	conn, err := pgconn.Connect(ctx, c.SuperURL("postgres"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = conn.Close(ctx)
+	})
+	return conn
+}
+
+// splitsLikePostgres sends generated multi-statement texts to a real
+// PostgreSQL, with standard_conforming_strings on and off, and checks that
+// PostgreSQL runs as many statements as the reading for that setting finds.
+func splitsLikePostgres(t *testing.T, c *pgtest.Cluster) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	conn := pgConnect(ctx, t, c)
+	r := rand.New(rand.NewPCG(1, 2))
+	for _, scs := range []string{"on", "off"} {
+		compared := 0
+		if _, err := conn.Exec(ctx, "SET standard_conforming_strings = "+scs).ReadAll(); err != nil {
+			t.Fatal(err)
+		}
+		for range 400 {
+			sql := statementText(r, 1+r.IntN(4))
+			want := summarize(sql, scs == "off")
+			results, err := conn.Exec(ctx, sql).ReadAll()
+			var pgErr *pgconn.PgError
+			if errors.As(err, &pgErr) && scs == "off" && strings.Contains(sql, "U&") {
+				continue // PostgreSQL refuses U& strings with standard_conforming_strings off
+			}
+			if errors.As(err, &pgErr) && pgErr.Code == "42601" && scs == "off" {
+				continue // a backslash swallowed a quote: the text no longer parses
+			}
+			if err != nil {
+				t.Fatalf("scs=%s %q: %v (the lexer found %v)", scs, sql, err, want.flags)
+			}
+			if len(results) != want.count || want.flags != 0 {
+				t.Fatalf("scs=%s %q: PostgreSQL ran %d statements, the lexer found %d (%v)", scs, sql, len(results), want.count, want.flags)
+			}
+			// Classify reads both ways when a backslash makes it matter.
+			if got := Classify(sql); got.Statements < want.count ||
+				(got.Flags&Ambiguous == 0 && got.Statements != want.count) {
+				t.Fatalf("%q: Classify found %d statements (%v), PostgreSQL ran %d", sql, got.Statements, got.Flags, want.count)
+			}
+			compared++
+		}
+		if compared < 200 {
+			t.Fatalf("scs=%s: only %d of 400 texts ran", scs, compared)
+		}
+	}
+}
+
+// incompleteIsRejected checks that PostgreSQL rejects, with a syntax
+// error and without running anything, the texts the lexer calls Incomplete.
+func incompleteIsRejected(t *testing.T, c *pgtest.Cluster) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	conn := pgConnect(ctx, t, c)
+	for _, tc := range classifyCases {
+		if tc.flags&Incomplete == 0 || strings.Contains(strings.ToUpper(tc.sql), "ROLE") {
+			continue
+		}
+		results, err := conn.Exec(ctx, tc.sql).ReadAll()
+		var pgErr *pgconn.PgError
+		if !errors.As(err, &pgErr) || pgErr.Code != "42601" {
+			t.Errorf("%q: err = %v, want a syntax error (42601)", tc.sql, err)
+		}
+		for _, res := range results {
+			if res.Err == nil {
+				t.Errorf("%q: a statement ran (%s)", tc.sql, res.CommandTag)
+			}
+		}
+	}
+}
+
+// namesLikePostgres prepares statements under tricky names and checks
+// that Stmt.Name is the name PostgreSQL records in pg_prepared_statements.
+func namesLikePostgres(t *testing.T, c *pgtest.Cluster) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	conn := pgConnect(ctx, t, c)
+	for _, name := range []string{
+		"Stmt1", `"Stmt""1"`, `"MiXed"`, `U&"d\0061t"`, `U&"d!0061t" UESCAPE '!'`, "ÉCOLE_Ab",
+		strings.Repeat("Ab", 40), `"` + strings.Repeat("é", 40) + `"`, "prepare", `"all"`, "a$b",
+	} {
+		sql := "PREPARE " + name + " AS SELECT 1"
+		var st Stmt
+		for s := range Statements(sql) {
+			st = s
+		}
+		if st.Flags != Prepare {
+			t.Fatalf("%q: flags %v", sql, st.Flags)
+		}
+		if _, err := conn.Exec(ctx, sql).ReadAll(); err != nil {
+			t.Fatalf("%q: %v", sql, err)
+		}
+		res := conn.ExecParams(ctx, "SELECT name FROM pg_prepared_statements", nil, nil, nil, nil).Read()
+		if res.Err != nil || len(res.Rows) != 1 {
+			t.Fatalf("%q: pg_prepared_statements: %v, %d rows", sql, res.Err, len(res.Rows))
+		}
+		if got := string(res.Rows[0][0]); got != st.Name {
+			t.Errorf("%q: PostgreSQL calls it %q, Stmt.Name is %q", sql, got, st.Name)
+		}
+		for d := range Statements("DEALLOCATE " + name) {
+			if d.Flags != Deallocate || d.Name != st.Name {
+				t.Errorf("DEALLOCATE %s: %v %q, want Deallocate %q", name, d.Flags, d.Name, st.Name)
+			}
+		}
+		if _, err := conn.Exec(ctx, "DEALLOCATE ALL").ReadAll(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// identityLikePostgres runs statements as a superuser and checks that
+// the lexer reports a session-level identity change exactly when
+// current_user or session_user changed for good.
+func identityLikePostgres(t *testing.T, c *pgtest.Cluster) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := c.Exec(ctx, "CREATE ROLE bob"); err != nil {
+		t.Fatal(err)
+	}
+	conn := pgConnect(ctx, t, c)
+	const session = SetRole | ResetRole | SetSessionAuth | ResetSessionAuth
+	for _, sql := range []string{
+		"SET ROLE bob", "set/**/role bob", "SET SESSION ROLE bob", "SET LOCAL ROLE bob",
+		"BEGIN; SET LOCAL ROLE bob; COMMIT", `SET "ROLE" = bob`, "SET role TO 'bob'",
+		"SET SESSION AUTHORIZATION bob", "SET session_authorization = bob",
+		"BEGIN; SET LOCAL SESSION AUTHORIZATION bob; COMMIT",
+		"SELECT set_config('role', 'bob', false)", "SELECT set_config('ROLE', 'bob', 'off')",
+		"BEGIN; SELECT set_config('role', 'bob', true); COMMIT",
+		"SELECT set_config(E'\\x72ole', 'bob', false)",
+		"SELECT set_config('ro'\n'le', 'bob', false)",
+		"SELECT 'SET ROLE bob'", "SELECT $$; SET ROLE bob$$", "SELECT 1 -- ; SET ROLE bob",
+		"EXPLAIN SELECT 1", "SELECT set_config('search_path', 'bob', false)", "RESET ALL",
+		"SELECT 1; SET ROLE bob", "SELECT 'x'\n; SET ROLE bob",
+		"CREATE FUNCTION pg_temp.f() RETURNS int LANGUAGE sql SET role = bob RETURN 1",
+		"CREATE FUNCTION pg_temp.g() RETURNS text LANGUAGE sql RETURN set_config('role', 'bob', false)",
+		"CREATE FUNCTION pg_temp.h() RETURNS text LANGUAGE sql BEGIN ATOMIC SELECT set_config('role', 'bob', false); END; SELECT 1",
+		"CREATE TEMP TABLE t AS SELECT set_config('role', 'bob', false)",
+	} {
+		if _, err := conn.Exec(ctx, "RESET SESSION AUTHORIZATION; RESET ROLE; RESET ALL").ReadAll(); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := conn.Exec(ctx, sql).ReadAll(); err != nil {
+			t.Fatalf("%q: %v", sql, err)
+		}
+		res := conn.ExecParams(ctx, "SELECT current_user = 'bob' OR session_user = 'bob'", nil, nil, nil, nil).Read()
+		if res.Err != nil {
+			t.Fatal(res.Err)
+		}
+		changed := string(res.Rows[0][0]) == "t"
+		if flagged := Classify(sql).Flags&session != 0; flagged != changed {
+			t.Errorf("%q: identity changed %v, Classify flags %v", sql, changed, Classify(sql).Flags)
+		}
+	}
+}
