@@ -20,6 +20,23 @@ const (
 	ModeSession Mode = "session"
 )
 
+// RoleChangePolicy says what transaction mode does with SET ROLE, SET
+// SESSION AUTHORIZATION, their RESETs and SET SESSION CHARACTERISTICS sent
+// outside a transaction block, whose effect would otherwise outlive the
+// transaction and reach other clients of the server connection.
+type RoleChangePolicy string
+
+const (
+	// RoleChangesRefuse answers such statements with SQLSTATE 0A000, so a
+	// client cannot hold a server connection for its whole session by
+	// changing its role. It is the default.
+	RoleChangesRefuse RoleChangePolicy = "refuse"
+	// RoleChangesPin runs them and keeps the client on that server
+	// connection until it disconnects, as session mode would; the connection
+	// is then reset before it is lent again.
+	RoleChangesPin RoleChangePolicy = "pin"
+)
+
 // Config tunes the pooling state machine. The zero value of every field means
 // its documented default; call Validate (New does) before use.
 type Config struct {
@@ -62,6 +79,12 @@ type Config struct {
 	// Exceeding it fails the Parse with SQLSTATE 53400. Default: 16 MiB.
 	ClientStatementBytes int
 
+	// RoleChanges says what transaction mode does with identity changes
+	// outside a transaction block (see RoleChangePolicy). Inside a block
+	// they are always allowed and undone before the connection is lent
+	// again. Default: RoleChangesRefuse.
+	RoleChanges RoleChangePolicy
+
 	// ResetQuery runs on a server connection before it goes back to the pool
 	// after a session-mode client leaves. Default: "DISCARD ALL".
 	ResetQuery string
@@ -83,6 +106,13 @@ func (c *Config) Validate() error {
 	case ModeTransaction, ModeSession:
 	default:
 		return fmt.Errorf("pooler: unknown mode %q (want transaction or session)", c.Mode)
+	}
+	switch c.RoleChanges {
+	case "":
+		c.RoleChanges = RoleChangesRefuse
+	case RoleChangesRefuse, RoleChangesPin:
+	default:
+		return fmt.Errorf("pooler: unknown role change policy %q (want refuse or pin)", c.RoleChanges)
 	}
 	if c.MaxClients < 0 || c.MaxMessageLen < 0 || c.StatementCacheSize < 0 || c.ClientStatementLimit < 0 || c.ClientStatementBytes < 0 {
 		return errors.New("pooler: limits must not be negative")

@@ -125,8 +125,13 @@ func (s *session) syncParams(ctx context.Context, conn *backend.Conn) error {
 		st = newServerState()
 		conn.State = st
 	}
-	fresh := st.lastUser == s.id // nothing but this session touched it since it last synced
-	if key := s.desiredKey(); st.syncedKey == key {
+	if st.lastUser == s.id {
+		// Nothing but this session touched the connection since it last
+		// synced it: what is in force is what the client made it, its own
+		// SETs included, and reported parameters were followed.
+		return nil
+	}
+	if key := s.desiredKey(); st.syncedKey == key && !st.dirtyAll {
 		return nil
 	}
 	// set_config takes the value exactly as a startup packet would, which a
@@ -135,11 +140,9 @@ func (s *session) syncParams(ctx context.Context, conn *backend.Conn) error {
 	var setUnreported map[string]string
 	for k, v := range s.desired {
 		if trackedReported[k] {
-			if conn.Params[k] == v {
+			if conn.Params[k] == v && !st.dirtyAll {
 				continue
 			}
-		} else if cur, ok := st.set[k]; ok && cur == v && fresh {
-			continue
 		} else {
 			if setUnreported == nil {
 				setUnreported = make(map[string]string)
@@ -169,6 +172,11 @@ func (s *session) syncParams(ctx context.Context, conn *backend.Conn) error {
 		q += ";"
 	}
 	q += resets.String()
+	if st.dirtyAll {
+		// An earlier client ran RESET ALL or set_config of a parameter we
+		// cannot name: start from the defaults again.
+		q = "RESET ALL;" + q
+	}
 	st.unnamedOK = false // a simple Query destroys the unnamed statement
 	deadline := time.Now().Add(s.p.cfg.AcquireTimeout)
 	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
@@ -191,9 +199,30 @@ func (s *session) syncParams(ctx context.Context, conn *backend.Conn) error {
 	for _, k := range resetUnreported {
 		delete(st.set, k)
 	}
+	st.dirtyAll = false
 	st.syncedKey = s.desiredKey()
 	st.lastUser = s.id
 	return nil
+}
+
+// paramUnknown stands, in serverState.set, for a value a client gave a
+// parameter with its own SET: no startup packet can ask for it, so the next
+// session either resets the parameter or sets its own value.
+const paramUnknown = "\x00"
+
+// clientSet records that a client changed run-time parameters for the
+// session (SET, RESET, RESET ALL, set_config): the next session to borrow
+// the connection brings them back to what it expects.
+func (st *serverState) clientSet(names []string, all bool) {
+	if all {
+		st.dirtyAll = true
+	}
+	for _, k := range names {
+		if k = canonicalParam(k); unreported(k) {
+			st.set[k] = paramUnknown
+		}
+	}
+	st.syncedKey = ""
 }
 
 // exchange runs one simple Query of the pooler's own on an idle server

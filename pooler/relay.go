@@ -59,8 +59,11 @@ type attachment struct {
 	relaying   bool // a relay goroutine runs for this attachment
 	syncPoint  bool // the client's last forwarded message was Sync, Query, FunctionCall, CopyDone or CopyFail
 	closing    bool // the client left; return the connection once idle
+	begun      bool // a BEGIN was sent and no ReadyForQuery has said since whether a block is open
+	identity   bool // an identity change may outlive the transaction: reset before release
 	destroy    bool // close the connection instead of returning it
 	clientGone atomic.Bool
+	quiet      atomic.Int32 // quiet entries queued: the relay's fast path must not forward their rows
 	done       chan struct{}
 }
 
@@ -74,6 +77,9 @@ func (s *session) push(a *attachment, e entry) {
 			return
 		}
 		a.skipping = false
+	}
+	if e.quiet {
+		a.quiet.Add(1)
 	}
 	a.queue = append(a.queue, e)
 }
@@ -106,6 +112,9 @@ func (a *attachment) front() *entry {
 }
 
 func (a *attachment) pop() {
+	if a.queue[a.head].quiet {
+		a.quiet.Add(-1)
+	}
 	a.queue[a.head] = entry{}
 	a.head++
 	if a.head == len(a.queue) {
@@ -167,9 +176,13 @@ func (s *session) relayOne(a *attachment) relayResult {
 		s.serverLost(a, err)
 		return relayLost
 	}
-	// Fast path: rows and notices change no state.
+	// Fast path: rows and notices change no state, unless they answer a
+	// quiet query of the pooler's own (the slow path swallows them).
 	switch typ {
 	case 'D', 'd', 'N', 'A':
+		if a.quiet.Load() > 0 {
+			break
+		}
 		if a.clientGone.Load() {
 			_ = r.Skip()
 			return relayMore
@@ -259,6 +272,9 @@ func (s *session) relayOne(a *attachment) relayResult {
 			a.pop()
 		}
 		a.skipping = false
+		if a.pending() <= 1 {
+			a.begun = false // the status is current: it says whether a block is open
+		}
 		if head = a.front(); head != nil {
 			forward = !head.quiet
 			if head.reset {
@@ -330,7 +346,7 @@ func (s *session) releasable(a *attachment) bool {
 	if a.status != 'I' {
 		return false // inside a transaction, or a failed one awaiting ROLLBACK
 	}
-	return a.closing || s.p.cfg.Mode == ModeTransaction
+	return a.closing || (s.p.cfg.Mode == ModeTransaction && !s.pinned)
 }
 
 // emitSynthetic writes the pooler's own replies that have reached the head
@@ -364,7 +380,14 @@ func (s *session) finishRelease(a *attachment) {
 	s.mu.Lock()
 	destroy := a.destroy
 	draining := s.draining
+	resetID := a.identity
 	s.mu.Unlock()
+	if !destroy && resetID {
+		if err := resetIdentity(a.conn); err != nil {
+			s.log.Warn("resetting the identity of a server connection failed; closing it", "err", err)
+			destroy = true
+		}
+	}
 	if destroy {
 		a.conn.Destroy()
 	} else {
@@ -451,6 +474,14 @@ func (s *session) noteParameter(a *attachment, body []byte, quiet bool) {
 	if a.conn.Params[ps.Name] != ps.Value {
 		a.conn.Params[ps.Name] = ps.Value
 		a.st.syncedKey = ""
+	}
+	if !quiet && (ps.Name == "session_authorization" || ps.Name == "is_superuser") {
+		// However the client changed its identity (a DO block, a
+		// function), the server reports this. Inside a transaction block
+		// it is undone before release; outside one it has already taken
+		// effect, so the client stays on this connection, or its next
+		// statement would run under an identity it did not choose.
+		s.identityReported(a)
 	}
 	if !quiet && trackedReported[ps.Name] && s.desired[ps.Name] != ps.Value {
 		s.desired[ps.Name] = ps.Value

@@ -82,6 +82,7 @@ type session struct {
 	stmtBytes  int                     // their size, for ClientStatementBytes
 	att        *attachment
 	draining   bool
+	pinned     bool // transaction mode: an identity change keeps the server connection until the session ends
 	killed     bool
 	closing    bool // rwc closed by us
 }
@@ -804,8 +805,12 @@ func (s *session) close() {
 		if !a.relaying {
 			s.startRelay(a)
 		}
+		sessionLike := s.p.cfg.Mode == ModeSession || s.pinned
+		if s.pinned {
+			a.identity = true
+		}
 		switch {
-		case a.pending() > 0 || s.killed || (s.p.cfg.Mode == ModeSession && a.status != 'I'):
+		case a.pending() > 0 || s.killed || (sessionLike && a.status != 'I'):
 			// A request is still running: cancel it and drop the connection.
 			// A session-mode client that left inside a transaction loses
 			// its server connection too (as with PgBouncer): whatever it
@@ -832,7 +837,7 @@ func (s *session) close() {
 				q = appendQuery(q, "ROLLBACK")
 				s.push(a, entry{kind: eQuery, quiet: true})
 			}
-			if s.p.cfg.Mode == ModeSession {
+			if sessionLike {
 				q = appendQuery(q, s.p.cfg.ResetQuery)
 				s.push(a, entry{kind: eQuery, quiet: true, reset: true})
 			}

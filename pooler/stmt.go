@@ -36,6 +36,7 @@ type stmt struct {
 	key   string // query text, NUL, parameter count and OIDs: the statement's identity (aliases parse)
 	name  string // server-side name; "" for the unnamed statement
 	parse []byte // complete Parse frame under the server name; never modified
+	info  sqlInfo
 }
 
 // newStmt builds the Parse frame of a statement once. Its key is a view into
@@ -50,6 +51,9 @@ func newStmt(name string, key []byte) *stmt {
 	st := &stmt{name: name, parse: frame}
 	if len(key) > 0 {
 		st.key = unsafe.String(&frame[off], len(key))
+	}
+	if q, _, ok := wire.CString(key); ok {
+		st.info = inspectSQL(q)
 	}
 	return st
 }
@@ -82,6 +86,7 @@ type serverState struct {
 	set        map[string]string
 	syncedKey  string // parameters of the last session synced, serialised (see syncParams)
 	lastUser   uint64 // session that last borrowed the connection (see reapplyParams)
+	dirtyAll   bool   // a client ran RESET ALL or set_config of an unknown parameter
 }
 
 type cachedStmt struct{ name, key string }
@@ -318,12 +323,27 @@ func (s *session) handleBind(ctx context.Context) error {
 	if !ok {
 		return fatal(codeProtocolViolation, "invalid Bind message", nil)
 	}
+	s.mu.Lock()
+	st := s.stmts[string(name)]
+	s.mu.Unlock()
+	run := st
+	if len(name) == 0 {
+		run = s.unnamed
+	}
+	if run != nil {
+		if err := s.checkIdentity(run.info); err != nil {
+			return s.raise(err, false)
+		}
+	}
 	a, err := s.attach(ctx)
 	if err != nil {
 		return s.raise(err, false)
 	}
 	defer s.mu.Unlock()
-	st := s.stmts[string(name)]
+	if run != nil {
+		s.noteSQL(a, run.info)
+	}
+	st = s.stmts[string(name)] // the relay may have dropped it meanwhile (a failed Parse)
 	switch {
 	case len(name) == 0:
 		if err := s.ensureUnnamed(a); err != nil {
@@ -482,11 +502,16 @@ func (s *session) handleQuery(ctx context.Context) error {
 		}
 		s.mu.Unlock()
 	}
+	info := inspectSQL(sql)
+	if err := s.checkIdentity(info); err != nil {
+		return s.raise(err, true)
+	}
 	a, err := s.attach(ctx)
 	if err != nil {
 		return s.raise(err, true)
 	}
 	defer s.mu.Unlock()
+	s.noteSQL(a, info)
 	s.push(a, entry{kind: eQuery})
 	a.st.unnamedOK = false // a simple Query destroys the unnamed statement
 	// A DEALLOCATE or DISCARD that reaches the server, in this protocol or
@@ -564,6 +589,12 @@ func (s *session) serverDropped(a *attachment, tag []byte, quiet bool) {
 	if certain && !quiet {
 		s.clearClientStmts(later)
 		s.unnamed = nil
+	}
+	if bytes.Equal(tag, tagDiscardAll) {
+		// Every parameter is back at its default too.
+		clear(a.st.set)
+		a.st.syncedKey = ""
+		a.st.lastUser = 0
 	}
 }
 

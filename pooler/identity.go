@@ -1,0 +1,167 @@
+package pooler
+
+import (
+	"time"
+	"unsafe"
+
+	"github.com/pgquic/pgquic/backend"
+	"github.com/pgquic/pgquic/internal/sqllex"
+)
+
+// Identity changes in transaction mode.
+//
+// SET ROLE, SET SESSION AUTHORIZATION, their RESETs and SET SESSION
+// CHARACTERISTICS last for the rest of the server session, not the
+// transaction. In transaction mode the client's next statement may run on
+// another server connection, and the next client of this one would run
+// under an identity it never chose. So, outside a transaction block, the
+// pooler either refuses them (RoleChangesRefuse, the default) or pins the
+// client to its server connection until it disconnects (RoleChangesPin),
+// after which the connection is reset. Inside a transaction block they are
+// allowed (SET LOCAL ROLE is the usual way), and a connection on which a
+// session-level change may have happened is reset before anyone else
+// borrows it: the statements are found by a lexer (internal/sqllex), and a
+// ParameterStatus for session_authorization or is_superuser, which the
+// server reports however the change was made, marks it too.
+
+// identityChange holds the sqllex flags of statements whose effect outlives
+// the transaction. SET LOCAL variants end with it and are not included.
+const identityChange = sqllex.SetRole | sqllex.ResetRole | sqllex.SetSessionAuth |
+	sqllex.ResetSessionAuth | sqllex.SessionCharacteristics | sqllex.UnsureIdentity
+
+// sessionParams holds the sqllex flags of statements that change run-time
+// parameters for the rest of the session.
+const sessionParams = sqllex.SetParam | sqllex.ResetParam | sqllex.ResetAll
+
+// identityResetSQL undoes every identity change on a server connection
+// before it is lent to another client. RESET SESSION AUTHORIZATION is
+// allowed for any login role (it returns to that role).
+const identityResetSQL = "RESET SESSION AUTHORIZATION; RESET ROLE; " +
+	"RESET default_transaction_isolation; RESET default_transaction_read_only; " +
+	"RESET default_transaction_deferrable"
+
+// sqlInfo is what transaction mode needs to know of a statement text.
+type sqlInfo struct {
+	identity bool // changes the identity beyond the transaction
+	outside  bool // ...at a point where the text itself has not opened a block
+	begins   bool // leaves a transaction block open
+	ends     bool // ends a transaction block
+
+	params    []string // run-time parameters SET or RESET for the session
+	paramsAll bool     // RESET ALL, or set_config of a parameter the lexer cannot name
+}
+
+// inspectSQL reads what a Query's or Parse's text does to transactions and
+// identity. The common statement costs one allocation-free classification.
+func inspectSQL(sql []byte) sqlInfo {
+	if len(sql) == 0 {
+		return sqlInfo{}
+	}
+	text := unsafe.String(&sql[0], len(sql)) // sql is not modified while text is in use
+	if sqllex.Classify(text).Flags&(identityChange|sqllex.Transaction|sessionParams) == 0 {
+		return sqlInfo{}
+	}
+	var info sqlInfo
+	open := false
+	for st := range sqllex.Statements(text) {
+		switch {
+		case st.Flags&sqllex.Begin != 0:
+			open = true
+		case st.Flags&(sqllex.Commit|sqllex.Rollback|sqllex.PrepareTransaction) != 0:
+			open = st.Flags&sqllex.Chain != 0
+			info.ends = true
+		}
+		if st.Flags&identityChange != 0 {
+			info.identity = true
+			if !open {
+				info.outside = true
+			}
+		}
+		switch {
+		case st.Flags&(sqllex.ResetAll|sqllex.SetConfig) != 0 && st.Flags&sessionParams != 0:
+			info.paramsAll = true
+		case st.Flags&(sqllex.SetParam|sqllex.ResetParam) != 0 && st.Name != "":
+			info.params = append(info.params, st.Name)
+		}
+	}
+	info.begins = open
+	return info
+}
+
+// inBlock reports whether a transaction block is, or is about to be, open
+// on a's server: the last ReadyForQuery said so, or a BEGIN was sent since.
+// s.mu must be held.
+func (a *attachment) inBlock() bool {
+	return a.begun || a.status == 'T' || a.status == 'E'
+}
+
+// checkIdentity refuses an identity change outside a transaction block
+// under RoleChangesRefuse, before any server connection is taken for it.
+func (s *session) checkIdentity(info sqlInfo) error {
+	if !info.identity || !info.outside || s.p.cfg.RoleChanges != RoleChangesRefuse {
+		return nil
+	}
+	s.mu.Lock()
+	ok := s.pinned || (s.att != nil && !s.att.released && s.att.inBlock())
+	s.mu.Unlock()
+	if ok {
+		return nil
+	}
+	return &PGError{
+		Severity: "ERROR",
+		Code:     codeFeatureNotSupported,
+		Message:  "SET ROLE, SET SESSION AUTHORIZATION and SET SESSION CHARACTERISTICS are not supported outside a transaction block in transaction pooling mode",
+		Hint:     "Use SET LOCAL ROLE inside BEGIN ... COMMIT, or connect in session mode; the pooler's role_changes setting \"pin\" keeps such clients on one server connection instead.",
+	}
+}
+
+// noteSQL records, once a's server is about to run the statement, what it
+// does to the transaction and the identity. s.mu must be held.
+func (s *session) noteSQL(a *attachment, info sqlInfo) {
+	if info.identity && !s.pinned {
+		if info.outside && !a.inBlock() {
+			// Only RoleChangesPin gets here (checkIdentity refused it otherwise).
+			s.pinned = true
+			s.log.Info("client pinned to its server connection after an identity change", "server_pid", a.conn.PID)
+		} else {
+			a.identity = true
+		}
+	}
+	switch {
+	case info.begins:
+		a.begun = true
+	case info.ends:
+		a.begun = false
+	}
+	if info.paramsAll || len(info.params) > 0 {
+		a.st.clientSet(info.params, info.paramsAll)
+	}
+}
+
+// identityReported handles an identity change the server reported but the
+// lexer did not see. s.mu must be held.
+func (s *session) identityReported(a *attachment) {
+	switch {
+	case s.pinned || s.p.cfg.Mode == ModeSession:
+	case a.identity:
+		// The lexer saw the change inside a block; the report comes
+		// only at ReadyForQuery, after the block may have ended.
+	case a.inBlock():
+		a.identity = true
+	default:
+		s.pinned = true
+		s.log.Info("client pinned to its server connection after an identity change the server reported", "server_pid", a.conn.PID)
+	}
+}
+
+// resetIdentity undoes identity changes on a connection being returned to
+// the pool; the caller destroys the connection if it fails.
+func resetIdentity(conn *backend.Conn) error {
+	err := exchange(conn, identityResetSQL, time.Now().Add(5*time.Second), nil)
+	if st, _ := conn.State.(*serverState); st != nil {
+		// The RESETs may have changed parameters the pooler synced.
+		st.syncedKey = ""
+		st.lastUser = 0
+	}
+	return err
+}
