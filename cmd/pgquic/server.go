@@ -17,7 +17,7 @@ import (
 
 	"github.com/pgquic/pgquic/backend"
 	"github.com/pgquic/pgquic/config"
-	"github.com/pgquic/pgquic/internal/pgtest"
+	"github.com/pgquic/pgquic/internal/pgcluster"
 	"github.com/pgquic/pgquic/pooler"
 	"github.com/pgquic/pgquic/pooler/auth"
 	"github.com/pgquic/pgquic/quicfront"
@@ -40,7 +40,7 @@ type server struct {
 	logger *slog.Logger
 	reg    *prometheus.Registry
 
-	cluster *pgtest.Cluster // throwaway PostgreSQL, nil when a backend is configured
+	cluster *pgcluster.Cluster // throwaway PostgreSQL, nil when a backend is configured
 	manager *backend.Manager
 	pooler  *pooler.Pooler
 	tcp     *tcpfront.Server  // nil when disabled
@@ -175,7 +175,7 @@ func (s *server) routes(ctx context.Context) ([]backend.Route, error) {
 		startCtx, cancel := context.WithTimeout(ctx, embeddedStartTimeout)
 		defer cancel()
 		s.logger.Info("no backend configured; starting a throwaway PostgreSQL")
-		c, err := pgtest.Start(startCtx, pgtest.Options{Logger: s.logger.With("component", "pgtest")})
+		c, err := pgcluster.Start(startCtx, pgcluster.Options{Logger: s.logger.With("component", "pgcluster")})
 		if err != nil {
 			return nil, fmt.Errorf("start throwaway PostgreSQL (pass --backend to use your own): %w", err)
 		}

@@ -1,4 +1,4 @@
-package pgtest
+package pgcluster
 
 import (
 	"crypto/ecdsa"
@@ -30,7 +30,7 @@ func writeSelfSignedCert(certPath, keyPath string) error {
 	now := time.Now()
 	tmpl := &x509.Certificate{
 		SerialNumber:          serial,
-		Subject:               pkix.Name{CommonName: "localhost", Organization: []string{"pgquic pgtest"}},
+		Subject:               pkix.Name{CommonName: "localhost", Organization: []string{"pgquic pgcluster"}},
 		NotBefore:             now.Add(-time.Hour),
 		NotAfter:              now.Add(10 * 365 * 24 * time.Hour),
 		KeyUsage:              x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,

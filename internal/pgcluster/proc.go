@@ -1,4 +1,4 @@
-package pgtest
+package pgcluster
 
 import (
 	"errors"
@@ -72,15 +72,15 @@ func serverCredential() (*syscall.Credential, error) {
 	}
 	u, err := user.Lookup(serverUser)
 	if err != nil {
-		return nil, fmt.Errorf("pgtest: running as root needs a %q system user to run PostgreSQL: %w", serverUser, err)
+		return nil, fmt.Errorf("pgcluster: running as root needs a %q system user to run PostgreSQL: %w", serverUser, err)
 	}
 	uid, err := strconv.ParseUint(u.Uid, 10, 32)
 	if err != nil {
-		return nil, fmt.Errorf("pgtest: uid of %q: %w", serverUser, err)
+		return nil, fmt.Errorf("pgcluster: uid of %q: %w", serverUser, err)
 	}
 	gid, err := strconv.ParseUint(u.Gid, 10, 32)
 	if err != nil {
-		return nil, fmt.Errorf("pgtest: gid of %q: %w", serverUser, err)
+		return nil, fmt.Errorf("pgcluster: gid of %q: %w", serverUser, err)
 	}
 	return &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}, nil
 }
@@ -98,7 +98,7 @@ func tempBase(cred *syscall.Credential) (string, error) {
 			return cand, nil
 		}
 	}
-	return "", fmt.Errorf("pgtest: neither %s nor /tmp is traversable by the %q user", base, serverUser)
+	return "", fmt.Errorf("pgcluster: neither %s nor /tmp is traversable by the %q user", base, serverUser)
 }
 
 // traversableByOthers reports whether dir and every parent have the
@@ -125,17 +125,17 @@ func writeOwner(dir string) error {
 	pid := os.Getpid()
 	start, err := procStartTime(pid)
 	if err != nil {
-		return fmt.Errorf("pgtest: %w", err)
+		return fmt.Errorf("pgcluster: %w", err)
 	}
 	content := fmt.Sprintf("%d %s\n", pid, start)
 	// Write then rename, so a concurrent sweepStale never reads a
 	// half-written file.
 	tmp := filepath.Join(dir, ownerFile+".tmp")
 	if err := os.WriteFile(tmp, []byte(content), 0o644); err != nil {
-		return fmt.Errorf("pgtest: write owner file: %w", err)
+		return fmt.Errorf("pgcluster: write owner file: %w", err)
 	}
 	if err := os.Rename(tmp, filepath.Join(dir, ownerFile)); err != nil {
-		return fmt.Errorf("pgtest: write owner file: %w", err)
+		return fmt.Errorf("pgcluster: write owner file: %w", err)
 	}
 	return nil
 }
@@ -198,15 +198,15 @@ func sweepStale(base string, log *slog.Logger) {
 			continue
 		}
 		if pid, ok := runningPostmaster(filepath.Join(dir, "data")); ok {
-			log.Warn("pgtest: stopping orphaned postgres", "pid", pid, "dir", dir)
+			log.Warn("pgcluster: stopping orphaned postgres", "pid", pid, "dir", dir)
 			_ = syscall.Kill(pid, syscall.SIGQUIT)
 			continue
 		}
 		if err := os.RemoveAll(dir); err != nil {
-			log.Warn("pgtest: remove stale cluster dir", "dir", dir, "err", err)
+			log.Warn("pgcluster: remove stale cluster dir", "dir", dir, "err", err)
 			continue
 		}
-		log.Debug("pgtest: removed stale cluster dir", "dir", dir)
+		log.Debug("pgcluster: removed stale cluster dir", "dir", dir)
 	}
 }
 

@@ -1,4 +1,4 @@
-package pgtest
+package pgcluster
 
 import (
 	"errors"
@@ -14,7 +14,7 @@ import (
 // ErrNoBinaries is returned (wrapped) by Binaries and Start when no PostgreSQL
 // server binaries can be found, so callers such as New can tell "PostgreSQL is
 // not installed" apart from "PostgreSQL failed to start".
-var ErrNoBinaries = errors.New("pgtest: PostgreSQL server binaries (initdb, postgres) not found")
+var ErrNoBinaries = errors.New("pgcluster: PostgreSQL server binaries (initdb, postgres) not found")
 
 // BinDirEnv names an environment variable that, when set, is the directory
 // holding initdb and postgres; it overrides the search so a developer can
