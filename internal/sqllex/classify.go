@@ -397,7 +397,7 @@ func (c *classifier) create() {
 // isPgTemp reports whether t names the session's temporary schema: pg_temp
 // or pg_temp_N.
 func (c *classifier) isPgTemp(t token) bool {
-	var buf [nameMax + 1]byte
+	var buf [2*nameMax + 2]byte
 	if !isWord(t) || t.end-t.start > 2*nameMax {
 		return false
 	}
