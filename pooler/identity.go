@@ -58,10 +58,16 @@ func inspectSQL(sql []byte) sqlInfo {
 		return sqlInfo{}
 	}
 	text := unsafe.String(&sql[0], len(sql)) // sql is not modified while text is in use
-	if sqllex.Classify(text).Flags&(identityChange|sqllex.Transaction|sessionParams) == 0 {
+	sum := sqllex.Classify(text).Flags
+	if sum&(identityChange|sqllex.Transaction|sessionParams) == 0 {
 		return sqlInfo{}
 	}
 	var info sqlInfo
+	if sum&identityChange != 0 && sum&sqllex.Unsure != 0 {
+		// Unterminated, or split differently with standard_conforming_strings
+		// off: take it as an identity change outside any block.
+		info.identity, info.outside = true, true
+	}
 	open := false
 	for st := range sqllex.Statements(text) {
 		switch {
