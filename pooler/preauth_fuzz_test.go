@@ -68,38 +68,50 @@ func FuzzPreauthSession(f *testing.F) {
 	poolers := preauthPoolers(f)
 	f.Fuzz(func(t *testing.T, method uint8, data []byte) {
 		p := poolers[int(method)%len(poolers)]
-		var before, after runtime.MemStats
-		runtime.ReadMemStats(&before)
-
-		client, server := net.Pipe()
-		served := make(chan error, 1)
-		go func() {
-			served <- p.Serve(context.Background(), server, pooler.Peer{Transport: "fuzz"})
-		}()
-		drained := make(chan struct{})
-		go func() {
-			defer close(drained)
-			_, _ = io.Copy(io.Discard, client)
-		}()
-		_ = client.SetWriteDeadline(time.Now().Add(5 * time.Second))
-		_, _ = client.Write(data) // fails once Serve has closed its end
-		_ = client.Close()
-		select {
-		case <-served:
-		case <-time.After(5 * time.Second):
-			t.Fatalf("Serve still running 5s after the client hung up (input %q)", data)
-		}
-		<-drained
-
-		runtime.ReadMemStats(&after)
-		if got, limit := after.TotalAlloc-before.TotalAlloc, uint64(preauthFuzzFixed+preauthFuzzPerByte*len(data)); got > limit {
-			t.Fatalf("session allocated %d bytes for %d bytes of input, want at most %d", got, len(data), limit)
-		}
-		if n := p.Sessions(); n != 0 {
-			t.Fatalf("%d sessions left registered", n)
-		}
-		if n := p.StartingSessions(); n != 0 {
-			t.Fatalf("%d startup slots still held", n)
+		limit := uint64(preauthFuzzFixed + preauthFuzzPerByte*len(data))
+		// A process's first pass through some code (crypto self-tests,
+		// lazily built tables) allocates once; only an input that is over
+		// the bound on a second run too fails.
+		if got := preauthRun(t, p, data); got > limit {
+			if got = preauthRun(t, p, data); got > limit {
+				t.Fatalf("session allocated %d bytes for %d bytes of input, want at most %d", got, len(data), limit)
+			}
 		}
 	})
+}
+
+// preauthRun serves one session fed data and returns the bytes allocated
+// meanwhile.
+func preauthRun(t *testing.T, p *pooler.Pooler, data []byte) uint64 {
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+
+	client, server := net.Pipe()
+	served := make(chan error, 1)
+	go func() {
+		served <- p.Serve(context.Background(), server, pooler.Peer{Transport: "fuzz"})
+	}()
+	drained := make(chan struct{})
+	go func() {
+		defer close(drained)
+		_, _ = io.Copy(io.Discard, client)
+	}()
+	_ = client.SetWriteDeadline(time.Now().Add(5 * time.Second))
+	_, _ = client.Write(data) // fails once Serve has closed its end
+	_ = client.Close()
+	select {
+	case <-served:
+	case <-time.After(5 * time.Second):
+		t.Fatalf("Serve still running 5s after the client hung up (input %q)", data)
+	}
+	<-drained
+
+	runtime.ReadMemStats(&after)
+	if n := p.Sessions(); n != 0 {
+		t.Fatalf("%d sessions left registered", n)
+	}
+	if n := p.StartingSessions(); n != 0 {
+		t.Fatalf("%d startup slots still held", n)
+	}
+	return after.TotalAlloc - before.TotalAlloc
 }
