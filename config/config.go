@@ -33,8 +33,8 @@ const (
 	DefaultPoolSize             = 20
 	DefaultMinPool              = 2
 	DefaultMaxClientConn        = 10000
-	DefaultMaxStartingClients   = 1000
-	DefaultMaxStartingPerSource = 100
+	DefaultMaxStartingClients   = 2000
+	DefaultMaxStartingPerSource = 500
 	DefaultALPN                 = "pgquic/1"
 	DefaultQUICMaxStreams       = 1000
 	DefaultAuthMethod           = "trust"

@@ -102,14 +102,14 @@ type Config struct {
 	// until its client has authenticated, or until it ends. A session beyond
 	// the bound is refused at once with SQLSTATE 53300, before anything is
 	// read from it, so clients that connect and stall cannot pile up.
-	// Default: 1000.
+	// Default: 2000.
 	MaxStartingClients int
 
 	// MaxStartingPerSource is MaxStartingClients for one source: the
 	// client's IP address (Peer.Addr), so one host cannot take every
 	// startup slot; sessions whose Peer.Addr is nil count as one source.
 	// An edge sidecar that opens many sessions at once is one source: raise
-	// this bound if its bursts of logins are refused. Default: 100.
+	// this bound if its bursts of logins are refused. Default: 500.
 	MaxStartingPerSource int
 }
 
@@ -163,10 +163,10 @@ func (c *Config) Validate() error {
 		return errors.New("pooler: limits must not be negative")
 	}
 	if c.MaxStartingClients == 0 {
-		c.MaxStartingClients = 1000
+		c.MaxStartingClients = 2000
 	}
 	if c.MaxStartingPerSource == 0 {
-		c.MaxStartingPerSource = 100
+		c.MaxStartingPerSource = 500
 	}
 	return nil
 }
