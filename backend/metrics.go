@@ -33,6 +33,16 @@ var destroyReasons = [...]string{reasonDead, reasonLifetime, reasonIdle, reasonE
 //	pgquic_backend_connects_total                                     counter, server connections opened
 //	pgquic_backend_connect_errors_total                               counter, failed connection attempts
 //	pgquic_backend_destroyed_total{reason="dead"|"lifetime"|"idle"|"error"} counter, connections closed
+//
+// A series labelled with a database and user exists while a pool with those
+// labels does: when the last such pool closes (a wildcard pool retired, a
+// Manager closed) its series are deleted, so client-chosen names cannot grow
+// the number of series beyond the pools open at once. Unlabelled series
+// about the pools themselves:
+//
+//	pgquic_backend_pools{route="named"|"wildcard"}                    gauge, pools open
+//	pgquic_backend_pools_retired_total{reason="login_rejected"|"idle"} counter, wildcard pools retired
+//	pgquic_backend_pools_refused_total                                counter, clients refused at MaxPools
 type Metrics struct {
 	acquires      *prometheus.CounterVec
 	acquireWait   *prometheus.HistogramVec
@@ -40,13 +50,21 @@ type Metrics struct {
 	connectErrors *prometheus.CounterVec
 	destroyed     *prometheus.CounterVec
 
+	pools        *prometheus.GaugeVec
+	poolsRetired *prometheus.CounterVec
+	poolsRefused prometheus.Counter
+
 	connsDesc   *prometheus.Desc
 	maxDesc     *prometheus.Desc
 	waitingDesc *prometheus.Desc
 
-	mu    sync.Mutex
-	pools map[*Pool]struct{}
+	mu     sync.Mutex
+	open   map[*Pool]struct{} // pools whose gauges Collect reads
+	labels map[labelPair]int  // pools open per (database, user)
 }
+
+// labelPair is the database and user labels of a pool's series.
+type labelPair struct{ database, user string }
 
 // NewMetrics creates the backend metrics and registers them with reg,
 // panicking if they are already registered there (a wiring bug). A nil reg
@@ -91,10 +109,35 @@ func newMetrics() *Metrics {
 			"Maximum server connections of the pool (PoolSize).", labels, nil),
 		waitingDesc: prometheus.NewDesc(prometheus.BuildFQName(ns, sub, "acquires_waiting"),
 			"Acquire calls in progress (waiting for a connection or connecting).", labels, nil),
-		pools: make(map[*Pool]struct{}),
+		pools: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: ns, Subsystem: sub, Name: "pools",
+			Help: "Pools open, by kind of route (named database or wildcard).",
+		}, []string{"route"}),
+		poolsRetired: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: ns, Subsystem: sub, Name: "pools_retired_total",
+			Help: "Wildcard pools closed because the server refused their first login (login_rejected) or they went unused (idle).",
+		}, []string{"reason"}),
+		poolsRefused: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: ns, Subsystem: sub, Name: "pools_refused_total",
+			Help: "Clients refused because a wildcard route already held max_pools pools.",
+		}),
+		open:   make(map[*Pool]struct{}),
+		labels: make(map[labelPair]int),
+	}
+	for _, r := range [...]string{routeNamed, routeWildcard} {
+		m.pools.WithLabelValues(r)
+	}
+	for _, r := range retireReasons {
+		m.poolsRetired.WithLabelValues(r)
 	}
 	return m
 }
+
+// Values of the "route" label of pgquic_backend_pools.
+const (
+	routeNamed    = "named"
+	routeWildcard = "wildcard"
+)
 
 // Describe implements prometheus.Collector.
 func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
@@ -103,6 +146,9 @@ func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
 	m.connects.Describe(ch)
 	m.connectErrors.Describe(ch)
 	m.destroyed.Describe(ch)
+	m.pools.Describe(ch)
+	m.poolsRetired.Describe(ch)
+	m.poolsRefused.Describe(ch)
 	ch <- m.connsDesc
 	ch <- m.maxDesc
 	ch <- m.waitingDesc
@@ -117,10 +163,13 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 	m.connects.Collect(ch)
 	m.connectErrors.Collect(ch)
 	m.destroyed.Collect(ch)
+	m.pools.Collect(ch)
+	m.poolsRetired.Collect(ch)
+	m.poolsRefused.Collect(ch)
 
 	m.mu.Lock()
-	pools := make([]*Pool, 0, len(m.pools))
-	for p := range m.pools {
+	pools := make([]*Pool, 0, len(m.open))
+	for p := range m.open {
 		pools = append(pools, p)
 	}
 	m.mu.Unlock()
@@ -165,6 +214,10 @@ func (m *Metrics) forPool(p *Pool) *poolMetrics {
 		return nil
 	}
 	db, user := p.database, p.user
+	// Under mu so that a pool closing with the same labels cannot delete
+	// the children between their creation here and the count below.
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	pm := &poolMetrics{
 		m:             m,
 		pool:          p,
@@ -177,20 +230,70 @@ func (m *Metrics) forPool(p *Pool) *poolMetrics {
 	for _, r := range destroyReasons {
 		pm.destroyed[r] = m.destroyed.WithLabelValues(db, user, r)
 	}
-	m.mu.Lock()
-	m.pools[p] = struct{}{}
-	m.mu.Unlock()
+	m.open[p] = struct{}{}
+	m.labels[labelPair{db, user}]++
 	return pm
 }
 
-// detach stops reporting the pool's connection gauges.
+// detach stops reporting the pool's connection gauges and, when no other
+// open pool has the same labels, deletes the pool's series. It is called
+// once, when the pool closes.
 func (pm *poolMetrics) detach() {
 	if pm == nil {
 		return
 	}
-	pm.m.mu.Lock()
-	delete(pm.m.pools, pm.pool)
-	pm.m.mu.Unlock()
+	m := pm.m
+	db, user := pm.pool.database, pm.pool.user
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	delete(m.open, pm.pool)
+	k := labelPair{db, user}
+	if m.labels[k]--; m.labels[k] > 0 {
+		return
+	}
+	delete(m.labels, k)
+	m.acquires.DeleteLabelValues(db, user)
+	m.acquireWait.DeleteLabelValues(db, user)
+	m.connects.DeleteLabelValues(db, user)
+	m.connectErrors.DeleteLabelValues(db, user)
+	for _, r := range destroyReasons {
+		m.destroyed.DeleteLabelValues(db, user, r)
+	}
+}
+
+// poolOpened counts a pool created by a Manager.
+func (m *Metrics) poolOpened(wildcard bool) {
+	if m != nil {
+		m.pools.WithLabelValues(routeKind(wildcard)).Inc()
+	}
+}
+
+// poolClosed counts a Manager's pool closed, at retirement or at Close.
+func (m *Metrics) poolClosed(wildcard bool) {
+	if m != nil {
+		m.pools.WithLabelValues(routeKind(wildcard)).Dec()
+	}
+}
+
+// poolRetired counts a wildcard pool retired for reason.
+func (m *Metrics) poolRetired(reason string) {
+	if m != nil {
+		m.poolsRetired.WithLabelValues(reason).Inc()
+	}
+}
+
+// poolRefused counts a client refused at MaxPools.
+func (m *Metrics) poolRefused() {
+	if m != nil {
+		m.poolsRefused.Inc()
+	}
+}
+
+func routeKind(wildcard bool) string {
+	if wildcard {
+		return routeWildcard
+	}
+	return routeNamed
 }
 
 func (pm *poolMetrics) acquired(start time.Time) {

@@ -67,6 +67,24 @@ type Pool struct {
 	// background loop touches it and retryAt.
 	failures int
 	retryAt  time.Time
+
+	// mgr and key are set for pools of wildcard routes, which their
+	// Manager may retire; nil for every other pool.
+	mgr *Manager
+	key serverKey
+	// connected is set by the first successful connection. Until then a
+	// login the server refuses retires a wildcard pool.
+	connected atomic.Bool
+	// retired is set when the Manager has forgotten the pool: Acquire calls
+	// that find it closed go to the route's current pool instead. rejection,
+	// stored before retired, holds the server's refusal of the pool's first
+	// login when that was the reason.
+	retired   atomic.Bool
+	rejection atomic.Pointer[error]
+	// unusedAcquires and unusedSince are the Manager's reaper's notes on
+	// when the pool was last seen in use; only the reaper touches them.
+	unusedAcquires int64
+	unusedSince    time.Time
 }
 
 // Stats is a snapshot of a pool's connections.
@@ -219,6 +237,10 @@ func (p *Pool) acquire(ctx context.Context, try bool) (*Conn, error) {
 			res, err = p.pp.Acquire(ctx)
 		}
 		if err != nil {
+			if p.retired.Load() && ctx.Err() == nil &&
+				(errors.Is(err, puddle.ErrClosedPool) || errors.Is(err, context.Canceled)) {
+				return p.acquireRetired(ctx, try)
+			}
 			return nil, p.acquireError(ctx, err)
 		}
 		c := res.Value()
@@ -241,6 +263,21 @@ func (p *Pool) acquire(ctx context.Context, try bool) (*Conn, error) {
 		p.metrics.acquired(start)
 		return c, nil
 	}
+}
+
+// acquireRetired serves an Acquire that found the pool retired: closed, or
+// closing while it waited or connected. When the server refused the pool's
+// login, the caller gets that refusal; otherwise (the pool went unused and
+// a session kept it) the route's current pool serves it.
+func (p *Pool) acquireRetired(ctx context.Context, try bool) (*Conn, error) {
+	if err := p.rejection.Load(); err != nil {
+		return nil, *err
+	}
+	q, err := p.mgr.successor(p)
+	if err != nil {
+		return nil, err
+	}
+	return q.acquire(ctx, try)
 }
 
 // acquireError turns a puddle error into this package's errors.
@@ -268,9 +305,19 @@ func (p *Pool) construct(ctx context.Context) (*Conn, error) {
 	c, err := p.dial(ctx)
 	if err != nil {
 		p.metrics.connectFailed()
+		if p.mgr != nil && !p.connected.Load() && loginRejected(err) {
+			// A client named a database or user the server does not
+			// know: keep nothing for it.
+			p.rejection.CompareAndSwap(nil, &err)
+			p.mgr.retire(p, retireRejected)
+		}
 		return nil, err
 	}
 	p.metrics.connected()
+	if p.mgr != nil && !p.connected.Load() {
+		p.connected.Store(true)
+		p.start() // a wildcard pool's loop starts with its first connection
+	}
 	p.targetsMu.Lock()
 	p.targets[c.PID] = cancelTarget{network: c.network, address: c.address, tlsConfig: c.tlsConfig}
 	p.targetsMu.Unlock()
@@ -321,6 +368,20 @@ func (p *Pool) warm(ctx context.Context) {
 	if first != nil && !errors.Is(first, puddle.ErrClosedPool) {
 		p.noteFailure(first)
 	}
+}
+
+// unusedFor returns how long the pool has gone without a connection lent
+// out, an Acquire in progress or a new Acquire, as seen by successive calls
+// (the first call starts the clock). Only the Manager's reaper calls it.
+func (p *Pool) unusedFor(now time.Time) time.Duration {
+	s := p.pp.Stat()
+	n := s.AcquireCount()
+	if s.AcquiredResources() > 0 || s.ConstructingResources() > 0 || p.waiting.Load() > 0 ||
+		n != p.unusedAcquires || p.unusedSince.IsZero() {
+		p.unusedAcquires, p.unusedSince = n, now
+		return 0
+	}
+	return now.Sub(p.unusedSince)
 }
 
 // start launches the background loop once.

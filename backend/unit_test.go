@@ -154,10 +154,12 @@ func TestManagerNoRoute(t *testing.T) {
 
 func TestManagerInvalid(t *testing.T) {
 	for name, cfg := range map[string]ManagerConfig{
-		"no routes":      {},
-		"no database":    {Routes: []Route{{User: "u", PoolConfig: PoolConfig{ConnString: unreachable}}}},
-		"no conn string": {Routes: []Route{{Database: "db"}}},
-		"bad min pool":   {Routes: []Route{{Database: "db", PoolConfig: PoolConfig{ConnString: unreachable, PoolSize: 1, MinPool: 2}}}},
+		"no routes":                  {},
+		"no database":                {Routes: []Route{{User: "u", PoolConfig: PoolConfig{ConnString: unreachable}}}},
+		"no conn string":             {Routes: []Route{{Database: "db"}}},
+		"bad min pool":               {Routes: []Route{{Database: "db", PoolConfig: PoolConfig{ConnString: unreachable, PoolSize: 1, MinPool: 2}}}},
+		"negative max pools":         {Routes: []Route{{Database: "*", PoolConfig: PoolConfig{ConnString: unreachable}}}, MaxPools: -1},
+		"negative pool idle timeout": {Routes: []Route{{Database: "*", PoolConfig: PoolConfig{ConnString: unreachable}}}, PoolIdleTimeout: -time.Second},
 	} {
 		t.Run(name, func(t *testing.T) {
 			m, err := NewManager(context.Background(), cfg, nil, nil)

@@ -32,6 +32,8 @@ const (
 	DefaultMode                 = "transaction"
 	DefaultPoolSize             = 20
 	DefaultMinPool              = 2
+	DefaultMaxPools             = 100
+	DefaultPoolIdleTimeout      = 10 * time.Minute
 	DefaultMaxClientConn        = 10000
 	DefaultMaxStartingClients   = 2000
 	DefaultMaxStartingPerSource = 500
@@ -85,8 +87,22 @@ type Config struct {
 
 	// MinPool is the number of server connections each pool keeps open
 	// even when idle. Zero is meaningful (no warm connections).
-	// Default: 2.
+	// Default: 2, lowered to PoolSize when that is smaller; a min_pool the
+	// user set above pool_size is an error instead.
 	MinPool int `yaml:"min_pool"`
+
+	// MaxPools bounds the pools the wildcard route (Backend) holds at once.
+	// Clients name the database and user of such a pool, so each distinct
+	// pair would otherwise add a pool, its goroutine and its metric series
+	// without limit; a client that would exceed the bound gets SQLSTATE
+	// 53300. Pools of Databases entries are not counted. Default: 100.
+	MaxPools int `yaml:"max_pools"`
+
+	// PoolIdleTimeout closes a wildcard-route pool that has had no server
+	// connection lent out and no client asking for one for this long, and
+	// deletes its metric series. Pools of Databases entries are kept.
+	// Default: 10m.
+	PoolIdleTimeout time.Duration `yaml:"pool_idle_timeout"`
 
 	// MaxClientConn bounds concurrent client sessions across both fronts;
 	// beyond it clients get SQLSTATE 53300. Default: 10000.
@@ -181,6 +197,26 @@ type Config struct {
 	// Databases routes specific databases (and optionally users) to
 	// specific servers; they take precedence over Backend. Default: none.
 	Databases []Database `yaml:"databases"`
+
+	// Explicit records which settings the user chose, in the file or as
+	// flags, rather than left at their defaults. Parse fills it from the
+	// keys present in the file; cmd/pgquic sets it for the flags given. It
+	// matters where a default must be treated differently from the same
+	// value chosen on purpose. It is never read from YAML.
+	Explicit Explicit `yaml:"-"`
+}
+
+// Explicit says which settings were given by the user.
+type Explicit struct {
+	// MinPool: min_pool was set. A default MinPool above PoolSize is
+	// lowered to PoolSize; a chosen one is an error.
+	MinPool bool
+	// AuthMethod: auth.method was set. Trust as the default is refused on
+	// a listen address other than loopback; trust chosen is accepted.
+	AuthMethod bool
+	// MetricsListen: metrics_listen was set. If its address cannot be
+	// bound `pgquic serve` fails; the default address only gets a warning.
+	MetricsListen bool
 }
 
 // Auth configures client authentication.
@@ -262,6 +298,22 @@ func Parse(b []byte) (*Config, error) {
 	if err := dec.Decode(&extra); !errors.Is(err, io.EOF) {
 		return nil, errors.New("parse: more than one YAML document")
 	}
+	// Which keys are present: a second, lenient decode into pointers.
+	var present struct {
+		MinPool       *int    `yaml:"min_pool"`
+		MetricsListen *string `yaml:"metrics_listen"`
+		Auth          struct {
+			Method *string `yaml:"method"`
+		} `yaml:"auth"`
+	}
+	if err := yaml.Unmarshal(b, &present); err != nil {
+		return nil, fmt.Errorf("parse: %w", err)
+	}
+	c.Explicit = Explicit{
+		MinPool:       present.MinPool != nil,
+		AuthMethod:    present.Auth.Method != nil,
+		MetricsListen: present.MetricsListen != nil,
+	}
 	c.ApplyDefaults()
 	if err := c.Validate(); err != nil {
 		return nil, err
@@ -272,10 +324,17 @@ func Parse(b []byte) (*Config, error) {
 // ApplyDefaults sets every field whose zero value means "default" to that
 // default. It leaves TCPListen, QUICListen, MetricsListen and MinPool alone:
 // for them the zero value is a valid choice (disabled, no warm connections),
-// and their defaults come from Default.
+// and their defaults come from Default. A MinPool the user did not set
+// (Explicit.MinPool false) is lowered to PoolSize, so that `--pool-size 1`
+// alone is valid.
 func (c *Config) ApplyDefaults() {
 	setIf(&c.Mode, "", DefaultMode)
 	setIf(&c.PoolSize, 0, DefaultPoolSize)
+	if !c.Explicit.MinPool && c.PoolSize > 0 && c.MinPool > c.PoolSize {
+		c.MinPool = c.PoolSize
+	}
+	setIf(&c.MaxPools, 0, DefaultMaxPools)
+	setIf(&c.PoolIdleTimeout, 0, DefaultPoolIdleTimeout)
 	setIf(&c.MaxClientConn, 0, DefaultMaxClientConn)
 	setIf(&c.MaxStartingClients, 0, DefaultMaxStartingClients)
 	setIf(&c.MaxStartingPerSource, 0, DefaultMaxStartingPerSource)
@@ -342,7 +401,10 @@ func (c *Config) Validate() error {
 	if c.MinPool < 0 {
 		bad("min_pool: %d must not be negative", c.MinPool)
 	} else if c.PoolSize >= 1 && c.MinPool > c.PoolSize {
-		bad("min_pool: %d exceeds pool_size %d", c.MinPool, c.PoolSize)
+		bad("min_pool: %d exceeds pool_size %d: lower min_pool (--min-pool) or raise pool_size (--pool-size)", c.MinPool, c.PoolSize)
+	}
+	if c.MaxPools < 1 {
+		bad("max_pools: %d must be at least 1", c.MaxPools)
 	}
 	if c.MaxClientConn < 1 {
 		bad("max_client_conn: %d must be at least 1", c.MaxClientConn)
@@ -377,6 +439,19 @@ func (c *Config) Validate() error {
 	default:
 		bad("auth.method: %q is not trust, scram-sha-256, md5 or password", c.Auth.Method)
 	}
+	if c.Auth.Method == "trust" && !c.Explicit.AuthMethod && !c.Auth.TrustLoopbackOnly {
+		var exposed []string
+		for _, l := range []struct{ key, addr string }{{"tcp_listen", c.TCPListen}, {"quic_listen", c.QUICListen}} {
+			if l.addr != "" && !isLoopback(l.addr) {
+				exposed = append(exposed, fmt.Sprintf("%s %q", l.key, l.addr))
+			}
+		}
+		if len(exposed) > 0 {
+			bad("auth.method: the default, trust, would let anyone who reaches %s log in as any user without a password: "+
+				"set --auth-method scram-sha-256 (or md5, password) with --auth-file FILE, listen on a loopback address, "+
+				"or pass --auth-method trust (auth.method: trust) to choose trust on purpose", strings.Join(exposed, " and "))
+		}
+	}
 	for _, d := range []struct {
 		key string
 		v   time.Duration
@@ -386,6 +461,7 @@ func (c *Config) Validate() error {
 		{"server_lifetime", c.ServerLifetime},
 		{"server_idle_timeout", c.ServerIdleTimeout},
 		{"server_connect_timeout", c.ServerConnectTimeout},
+		{"pool_idle_timeout", c.PoolIdleTimeout},
 		{"shutdown_grace", c.ShutdownGrace},
 	} {
 		if d.v < 0 {
@@ -454,6 +530,22 @@ func (d Database) EffectiveMinPool(c *Config) int {
 		return *d.MinPool
 	}
 	return min(c.MinPool, d.EffectivePoolSize(c))
+}
+
+// isLoopback reports whether a listen address accepts only local clients:
+// its host is "localhost" or a loopback IP. An empty host (all interfaces)
+// and other host names are not.
+func isLoopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	host, _, _ = strings.Cut(host, "%") // IPv6 zone
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }
 
 // checkURL reports whether s is a connection string pgx can use, without

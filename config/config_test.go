@@ -22,6 +22,24 @@ func TestGoodFiles(t *testing.T) {
 			c.TCPListen = ""
 			c.MetricsListen = ""
 			c.Backend = "postgres://postgres@127.0.0.1:5432/postgres"
+			c.Explicit.MetricsListen = true
+			return c
+		}(),
+		"trust-explicit.good.yml": func() *Config {
+			c := Default()
+			c.TCPListen = "0.0.0.0:6432"
+			c.Explicit.AuthMethod = true
+			return c
+		}(),
+		"trust-loopback-only.good.yml": func() *Config {
+			c := Default()
+			c.TCPListen = "0.0.0.0:6432"
+			c.Auth.TrustLoopbackOnly = true
+			return c
+		}(),
+		"pool-size-one.good.yml": func() *Config {
+			c := Default()
+			c.PoolSize, c.MinPool = 1, 1
 			return c
 		}(),
 		"full.good.yml": {
@@ -32,6 +50,8 @@ func TestGoodFiles(t *testing.T) {
 			Mode:                 "session",
 			PoolSize:             50,
 			MinPool:              5,
+			MaxPools:             40,
+			PoolIdleTimeout:      30 * time.Minute,
 			MaxClientConn:        2000,
 			MaxStartingClients:   500,
 			MaxStartingPerSource: 50,
@@ -56,6 +76,7 @@ func TestGoodFiles(t *testing.T) {
 				{Name: "orders", Backend: "postgres://orders@10.0.0.5:5432/orders", PoolSize: 10, MinPool: intp(0)},
 				{Name: "orders", User: "reporting", Backend: "postgresql://reporting@10.0.0.6/orders"},
 			},
+			Explicit: Explicit{MinPool: true, AuthMethod: true, MetricsListen: true},
 		},
 	}
 	files, err := filepath.Glob("testdata/*.good.yml")
@@ -92,15 +113,20 @@ func TestBadFiles(t *testing.T) {
 		"bad-duration-string.bad.yml": {"cannot unmarshal !!str `30 seconds` into time.Duration"},
 		"wrong-type.bad.yml":          {"cannot unmarshal !!str `twenty` into int"},
 		"bad-mode.bad.yml":            {`mode: "statement" is not transaction or session`},
-		"bad-pool.bad.yml":            {"min_pool: 5 exceeds pool_size 4"},
-		"tls-half.bad.yml":            {"tls_cert and tls_key: set both or neither"},
-		"require-tls.bad.yml":         {"require_tls: needs tls_cert and tls_key"},
-		"auth-file.bad.yml":           {`auth.file: required by auth method "scram-sha-256"`},
-		"auth-method.bad.yml":         {`auth.method: "cert" is not trust`},
-		"no-fronts.bad.yml":           {"tcp_listen and quic_listen are both empty"},
-		"bad-listen.bad.yml":          {`tcp_listen: invalid address "6432"`},
-		"bad-backend.bad.yml":         {"backend: must be a postgres:// or postgresql:// URL"},
-		"two-docs.bad.yml":            {"more than one YAML document"},
+		"bad-pool.bad.yml":            {"min_pool: 5 exceeds pool_size 4: lower min_pool (--min-pool) or raise pool_size (--pool-size)"},
+		"max-pools.bad.yml":           {"max_pools: -1 must be at least 1", "pool_idle_timeout: -1s must not be negative"},
+		"trust-exposed.bad.yml": {
+			`auth.method: the default, trust, would let anyone who reaches tcp_listen "0.0.0.0:6432" and quic_listen ":6432" log in as any user`,
+			"pass --auth-method trust (auth.method: trust) to choose trust on purpose",
+		},
+		"tls-half.bad.yml":    {"tls_cert and tls_key: set both or neither"},
+		"require-tls.bad.yml": {"require_tls: needs tls_cert and tls_key"},
+		"auth-file.bad.yml":   {`auth.file: required by auth method "scram-sha-256"`},
+		"auth-method.bad.yml": {`auth.method: "cert" is not trust`},
+		"no-fronts.bad.yml":   {"tcp_listen and quic_listen are both empty"},
+		"bad-listen.bad.yml":  {`tcp_listen: invalid address "6432"`},
+		"bad-backend.bad.yml": {"backend: must be a postgres:// or postgresql:// URL"},
+		"two-docs.bad.yml":    {"more than one YAML document"},
 		"databases.bad.yml": {
 			"databases[0].name: required",
 			`databases[1].name: "*" is not allowed`,
@@ -185,5 +211,75 @@ func TestEffectivePool(t *testing.T) {
 func TestValidateDefault(t *testing.T) {
 	if err := Default().Validate(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+func TestIsLoopback(t *testing.T) {
+	for addr, want := range map[string]bool{
+		"127.0.0.1:6432":      true,
+		"127.1.2.3:6432":      true,
+		"[::1]:6432":          true,
+		"localhost:6432":      true,
+		"0.0.0.0:6432":        false,
+		":6432":               false,
+		"[::]:6432":           false,
+		"10.0.0.5:6432":       false,
+		"db.example.com:6432": false,
+		"6432":                false,
+	} {
+		if got := isLoopback(addr); got != want {
+			t.Errorf("isLoopback(%q) = %v, want %v", addr, got, want)
+		}
+	}
+}
+
+// TestTrustRefusalIsOneLine checks that the refusal of default trust on an
+// exposed address is a single line naming the fixes.
+func TestTrustRefusalIsOneLine(t *testing.T) {
+	_, err := Parse([]byte(`tcp_listen: "0.0.0.0:6432"`))
+	if err == nil {
+		t.Fatal("default trust on 0.0.0.0 accepted")
+	}
+	msg := err.Error()
+	if strings.Contains(msg, "\n") {
+		t.Errorf("error spans lines: %q", msg)
+	}
+	for _, want := range []string{`tcp_listen "0.0.0.0:6432"`, "--auth-method scram-sha-256", "--auth-file", "loopback", "--auth-method trust"} {
+		if !strings.Contains(msg, want) {
+			t.Errorf("error %q lacks %q", msg, want)
+		}
+	}
+	// A QUIC front on loopback and a disabled TCP front expose nothing.
+	if _, err := Parse([]byte("tcp_listen: \"\"\nquic_listen: \"[::1]:6432\"")); err != nil {
+		t.Errorf("loopback-only QUIC refused: %v", err)
+	}
+}
+
+// TestMinPoolClamp checks that only a min_pool the user set can conflict
+// with pool_size; the default is lowered to fit.
+func TestMinPoolClamp(t *testing.T) {
+	tests := []struct {
+		yml     string
+		minPool int
+		err     string
+	}{
+		{yml: "pool_size: 1", minPool: 1},
+		{yml: "pool_size: 3", minPool: 2},
+		{yml: "pool_size: 1\nmin_pool: 0", minPool: 0},
+		{yml: "pool_size: 1\nmin_pool: 2", err: "min_pool: 2 exceeds pool_size 1"},
+		{yml: "min_pool: 25", err: "min_pool: 25 exceeds pool_size 20"},
+	}
+	for _, tt := range tests {
+		c, err := Parse([]byte(tt.yml))
+		switch {
+		case tt.err != "":
+			if err == nil || !strings.Contains(err.Error(), tt.err) {
+				t.Errorf("%q: error %v, want %q", tt.yml, err, tt.err)
+			}
+		case err != nil:
+			t.Errorf("%q: %v", tt.yml, err)
+		case c.MinPool != tt.minPool:
+			t.Errorf("%q: min_pool %d, want %d", tt.yml, c.MinPool, tt.minPool)
+		}
 	}
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgproto3"
 
+	"github.com/pgquic/pgquic/backend"
 	"github.com/pgquic/pgquic/internal/wire"
 )
 
@@ -377,6 +378,9 @@ func (s *session) login(ctx context.Context, sp *startupParams, authenticated fu
 	s.cr.SetMaxLen(p.cfg.MaxMessageLen)
 
 	pool, err := p.pools.Pool(ctx, sp.db, sp.user)
+	if errors.Is(err, backend.ErrTooManyPools) {
+		return s.fail(fatal(codeTooManyConnections, fmt.Sprintf("sorry, too many pools already: no pool for database %q user %q (max_pools)", sp.db, sp.user), err))
+	}
 	if err != nil {
 		return s.fail(fatal(codeInvalidCatalogName, fmt.Sprintf("database %q does not exist for user %q in the pooler", sp.db, sp.user), err))
 	}

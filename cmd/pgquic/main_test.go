@@ -55,6 +55,8 @@ func TestUsage(t *testing.T) {
 		{args: []string{"serve", "extra"}, code: 2, stderr: `unexpected argument "extra"`},
 		{args: []string{"serve", "--mode", "statement"}, code: 2, stderr: `mode: "statement"`},
 		{args: []string{"serve", "--tls-cert", "x.pem"}, code: 2, stderr: "tls_cert and tls_key"},
+		{args: []string{"serve", "--tcp-listen", "0.0.0.0:6432"}, code: 2, stderr: `auth.method: the default, trust, would let anyone who reaches tcp_listen "0.0.0.0:6432" log in as any user`},
+		{args: []string{"serve", "--pool-size", "1", "--min-pool", "2"}, code: 2, stderr: "min_pool: 2 exceeds pool_size 1: lower min_pool (--min-pool) or raise pool_size (--pool-size)"},
 		{args: []string{"edge"}, code: 2, stderr: "--pooler is required"},
 		{args: []string{"edge", "--pooler", "127.0.0.1:1", "--pin", "ab", "--insecure"}, code: 2, stderr: "exactly one of --ca, --pin or --insecure"},
 	}
@@ -473,4 +475,148 @@ func connectQUIC(ctx context.Context, t *testing.T, cluster *pgtest.Cluster, srv
 		t.Fatalf("connect over QUIC: %v", err)
 	}
 	return qconn
+}
+
+// TestServeFlagsChosenOrDefault covers settings whose default is treated
+// differently from the same value chosen on purpose.
+func TestServeFlagsChosenOrDefault(t *testing.T) {
+	dir := t.TempDir()
+	file := func(name, yml string) string {
+		f := filepath.Join(dir, name)
+		if err := os.WriteFile(f, []byte(yml), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return f
+	}
+	trustFile := file("trust.yml", "auth:\n  method: trust\n")
+	minPoolFile := file("minpool.yml", "min_pool: 3\n")
+	smallPoolFile := file("smallpool.yml", "pool_size: 1\n")
+	tests := []struct {
+		args    []string
+		err     string                    // substring of the expected error; "" for success
+		check   func(*config.Config) bool // for success
+		explain string
+	}{
+		{args: []string{"--pool-size", "1"}, check: func(c *config.Config) bool { return c.PoolSize == 1 && c.MinPool == 1 }, explain: "default min_pool lowered to pool_size"},
+		{args: []string{"--config", smallPoolFile}, check: func(c *config.Config) bool { return c.PoolSize == 1 && c.MinPool == 1 }, explain: "pool_size 1 in the file"},
+		{args: []string{"--pool-size", "1", "--min-pool", "0"}, check: func(c *config.Config) bool { return c.MinPool == 0 }, explain: "explicit min_pool 0 kept"},
+		{args: []string{"--config", minPoolFile, "--pool-size", "2"}, err: "min_pool: 3 exceeds pool_size 2"},
+		{args: []string{"--min-pool", "25"}, err: "min_pool: 25 exceeds pool_size 20"},
+		{args: []string{"--quic-listen", "0.0.0.0:6432", "--tcp-listen", ""}, err: `quic_listen "0.0.0.0:6432"`},
+		{args: []string{"--tcp-listen", "[::]:6432", "--auth-method", "trust"}, check: func(c *config.Config) bool { return c.Auth.Method == "trust" }, explain: "trust chosen by flag"},
+		{args: []string{"--tcp-listen", "0.0.0.0:6432", "--config", trustFile}, check: func(c *config.Config) bool { return c.Auth.Method == "trust" }, explain: "trust chosen in the file"},
+		{args: []string{"--tcp-listen", "localhost:6432"}, check: func(c *config.Config) bool { return c.Auth.Method == "trust" }, explain: "loopback by name"},
+		{args: []string{"--max-pools", "7", "--pool-idle-timeout", "90s"}, check: func(c *config.Config) bool {
+			return c.MaxPools == 7 && c.PoolIdleTimeout == 90*time.Second
+		}, explain: "pool bounds from flags"},
+		{args: []string{"--metrics-listen", "127.0.0.1:9999"}, check: func(c *config.Config) bool { return c.Explicit.MetricsListen }, explain: "metrics address chosen"},
+		{args: nil, check: func(c *config.Config) bool {
+			return !c.Explicit.MetricsListen && !c.Explicit.AuthMethod && !c.Explicit.MinPool && c.MaxPools == config.DefaultMaxPools
+		}, explain: "nothing chosen"},
+	}
+	for _, tt := range tests {
+		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
+			cfg, err := parseServeFlags(tt.args, io.Discard, io.Discard)
+			if tt.err != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.err) {
+					t.Fatalf("error %v, want %q", err, tt.err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !tt.check(cfg) {
+				t.Errorf("%s: got %+v", tt.explain, cfg)
+			}
+		})
+	}
+}
+
+// TestServeMetricsAddressTaken runs two servers on one host with the same
+// metrics address. When the second one's address was chosen it must not
+// start and must say which address is taken and how to change it; when it
+// is the default it starts without metrics and says so.
+func TestServeMetricsAddressTaken(t *testing.T) {
+	cluster := pgtest.New(t, pgtest.Options{})
+	cfg := testConfig(cluster.SuperURL("postgres"))
+	first, _, _ := startTestServer(t, cfg)
+	taken := first.metrics.Addr().String()
+
+	// Chosen on the command line: exit code 1 and a clear message.
+	var stdout, stderr bytes.Buffer
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	code := run(ctx, []string{"serve", "--backend", cluster.SuperURL("postgres"),
+		"--tcp-listen", "127.0.0.1:0", "--quic-listen", "", "--metrics-listen", taken}, &stdout, &stderr)
+	if code != 1 {
+		t.Errorf("second serve with a taken --metrics-listen: exit code %d, want 1", code)
+	}
+	for _, want := range []string{"cannot listen on " + taken, "address already in use", "--metrics-listen ''"} {
+		if !strings.Contains(stderr.String(), want) {
+			t.Errorf("stderr lacks %q:\n%s", want, stderr.String())
+		}
+	}
+
+	// The default address (simulated: not chosen by the user) taken: the
+	// second server serves clients without metrics.
+	cfg2 := testConfig(cluster.SuperURL("postgres"))
+	cfg2.QUICListen = ""
+	cfg2.MetricsListen = taken
+	second, logs, stop := startTestServer(t, cfg2)
+	if second.metrics != nil {
+		t.Fatal("second server claims a metrics listener")
+	}
+	for _, want := range []string{"metrics disabled", "addr=" + taken, "--metrics-listen ''", "metrics=disabled"} {
+		if !strings.Contains(logs.String(), want) {
+			t.Errorf("logs lack %q:\n%s", want, logs.String())
+		}
+	}
+	conn, err := pgconn.Connect(ctx, fmt.Sprintf("postgres://%s:%s@%s/postgres?sslmode=disable", cluster.SuperUser, cluster.SuperPassword, second.tcp.Addr()))
+	if err != nil {
+		t.Fatalf("second server does not serve: %v", err)
+	}
+	conn.Close(ctx)
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestServeWildcardPoolBounds checks the wildcard route's limits through
+// the whole wiring: unknown databases leave no pool behind, and a client
+// whose pool would exceed max_pools gets SQLSTATE 53300.
+func TestServeWildcardPoolBounds(t *testing.T) {
+	cluster := pgtest.New(t, pgtest.Options{})
+	cfg := testConfig(cluster.SuperURL("postgres"))
+	cfg.QUICListen = ""
+	cfg.MaxPools = 1
+	srv, logs, _ := startTestServer(t, cfg)
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	url := func(db string) string {
+		return fmt.Sprintf("postgres://%s:%s@%s/%s?sslmode=disable", cluster.SuperUser, cluster.SuperPassword, srv.tcp.Addr(), db)
+	}
+
+	for i := range 20 {
+		_, err := pgconn.Connect(ctx, url(fmt.Sprintf("nope_%d", i)))
+		var pe *pgconn.PgError
+		if !errors.As(err, &pe) || pe.Code != "3D000" {
+			t.Fatalf("unknown database: %v, want SQLSTATE 3D000\n%s", err, logs.String())
+		}
+	}
+	waitFor(t, func() bool { return len(srv.manager.Pools()) == 0 })
+
+	conn, err := pgconn.Connect(ctx, url("postgres"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	_, err = pgconn.Connect(ctx, url("template1"))
+	var pe *pgconn.PgError
+	if !errors.As(err, &pe) || pe.Code != "53300" || !strings.Contains(pe.Message, "too many pools") {
+		t.Fatalf("pool beyond max_pools: %v, want SQLSTATE 53300 too many pools", err)
+	}
+	if n := len(srv.manager.Pools()); n != 1 {
+		t.Errorf("%d pools, want 1", n)
+	}
 }

@@ -71,13 +71,15 @@ func parseServeFlags(args []string, stdout, stderr io.Writer) (*config.Config, e
 		quicListen  = fs.String("quic-listen", config.DefaultQUICListen, "UDP listen `address` of the QUIC front; empty disables it")
 		metrics     = fs.String("metrics-listen", config.DefaultMetricsListen, "`address` of the Prometheus /metrics endpoint; empty disables it")
 		poolSize    = fs.Int("pool-size", config.DefaultPoolSize, "maximum server connections per database and user")
-		minPool     = fs.Int("min-pool", config.DefaultMinPool, "server connections each pool keeps open when idle")
+		minPool     = fs.Int("min-pool", config.DefaultMinPool, "server connections each pool keeps open when idle (the default is lowered to --pool-size)")
+		maxPools    = fs.Int("max-pools", config.DefaultMaxPools, "pools the --backend route may hold at once (one per database and user clients name); beyond it clients get SQLSTATE 53300")
+		poolIdle    = fs.Duration("pool-idle-timeout", config.DefaultPoolIdleTimeout, "close a --backend route's pool after this long unused")
 		mode        = fs.String("mode", config.DefaultMode, "pooling `mode`: transaction or session")
 		tlsCert     = fs.String("tls-cert", "", "PEM certificate `file` for TCP TLS and QUIC; default: QUIC uses a generated self-signed certificate and TCP has no TLS")
 		tlsKey      = fs.String("tls-key", "", "PEM private key `file` matching --tls-cert")
 		requireTLS  = fs.Bool("require-tls", false, "refuse TCP clients that do not use TLS (needs --tls-cert)")
 		alpn        = fs.String("alpn", config.DefaultALPN, "QUIC application protocol `name`")
-		authMethod  = fs.String("auth-method", config.DefaultAuthMethod, "client authentication `method`: trust, scram-sha-256, md5 or password")
+		authMethod  = fs.String("auth-method", config.DefaultAuthMethod, "client authentication `method`: trust, scram-sha-256, md5 or password; trust must be given explicitly on a listen address other than loopback")
 		authFile    = fs.String("auth-file", "", "PgBouncer-format userlist `file` (\"user\" \"secret\" per line)")
 		logLevel    = fs.String("log-level", config.DefaultLogLevel, "log `level`: debug, info, warn or error")
 		logFormat   = fs.String("log-format", config.DefaultLogFormat, "log `format`: text or json")
@@ -110,10 +112,16 @@ func parseServeFlags(args []string, stdout, stderr io.Writer) (*config.Config, e
 			cfg.QUICListen = *quicListen
 		case "metrics-listen":
 			cfg.MetricsListen = *metrics
+			cfg.Explicit.MetricsListen = true
 		case "pool-size":
 			cfg.PoolSize = *poolSize
 		case "min-pool":
 			cfg.MinPool = *minPool
+			cfg.Explicit.MinPool = true
+		case "max-pools":
+			cfg.MaxPools = *maxPools
+		case "pool-idle-timeout":
+			cfg.PoolIdleTimeout = *poolIdle
 		case "mode":
 			cfg.Mode = *mode
 		case "tls-cert":
@@ -126,6 +134,7 @@ func parseServeFlags(args []string, stdout, stderr io.Writer) (*config.Config, e
 			cfg.ALPN = *alpn
 		case "auth-method":
 			cfg.Auth.Method = *authMethod
+			cfg.Explicit.AuthMethod = true
 		case "auth-file":
 			cfg.Auth.File = *authFile
 		case "log-level":

@@ -84,6 +84,8 @@ func startServer(ctx context.Context, cfg *config.Config, logger *slog.Logger) (
 			ServerLifetime:    cfg.ServerLifetime,
 			ServerIdleTimeout: cfg.ServerIdleTimeout,
 		},
+		MaxPools:        cfg.MaxPools,
+		PoolIdleTimeout: cfg.PoolIdleTimeout,
 	}, logger.With("component", "backend"), s.reg)
 	if err != nil {
 		return nil, fmt.Errorf("backend: %w", err)
@@ -148,8 +150,17 @@ func startServer(ctx context.Context, cfg *config.Config, logger *slog.Logger) (
 	}
 	if s.metrics != nil {
 		if err := s.metrics.Listen(cfg.MetricsListen); err != nil {
-			s.closeListeners()
-			return nil, err
+			if cfg.Explicit.MetricsListen {
+				s.closeListeners()
+				return nil, fmt.Errorf("%w: pass --metrics-listen (metrics_listen) a free address, or --metrics-listen '' to run without metrics", err)
+			}
+			// The default address is a convenience, not something an
+			// operator asked for: a second instance on the host should
+			// still serve clients.
+			logger.Warn("metrics disabled: the default metrics address cannot be bound (another pgquic serve on this host?); "+
+				"pass --metrics-listen with a free address to serve them, or --metrics-listen '' to silence this",
+				"addr", cfg.MetricsListen, "err", err)
+			s.metrics = nil
 		}
 	}
 	s.logReady()
@@ -249,6 +260,8 @@ func (s *server) logReady() {
 	}
 	if s.metrics != nil {
 		attrs = append(attrs, "metrics", "http://"+s.metrics.Addr().String()+"/metrics")
+	} else {
+		attrs = append(attrs, "metrics", "disabled")
 	}
 	s.logger.Info("pgquic ready", attrs...)
 }
@@ -390,7 +403,7 @@ func newMetricsServer(reg *prometheus.Registry) *metricsServer {
 func (m *metricsServer) Listen(addr string) error {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
-		return fmt.Errorf("metrics: listen %s: %w", addr, err)
+		return fmt.Errorf("metrics: cannot listen on %s: %w", addr, err)
 	}
 	m.ln = ln
 	return nil
