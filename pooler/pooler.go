@@ -22,7 +22,6 @@ import (
 	"log/slog"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -189,7 +188,13 @@ func (p *Pooler) unregister(s *session) {
 
 // cancel routes a CancelRequest to the server connection currently serving
 // the session it names. A request for an unknown session, with a wrong key, or
-// for a session with nothing running is ignored, as PostgreSQL does.
+// for a session with nothing running is ignored, as PostgreSQL does; a
+// request still waiting for a server connection stops waiting instead.
+//
+// The cancel is registered on the session's attachment before the lock is
+// dropped, so the connection cannot go back to the pool, and be lent to
+// another client whose query the signal would then hit, until the server has
+// processed the cancel (see cancel.go).
 func (p *Pooler) cancel(ctx context.Context, pid uint32, key []byte) {
 	p.m.cancels.Inc()
 	p.mu.Lock()
@@ -199,18 +204,16 @@ func (p *Pooler) cancel(ctx context.Context, pid uint32, key []byte) {
 		p.log.Debug("cancel request for unknown session", "pid", pid)
 		return
 	}
-	conn := s.runningConn()
+	s.mu.Lock()
+	conn, g := s.beginCancelLocked()
+	s.mu.Unlock()
 	if conn == nil {
 		// Nothing runs on a server yet; if the request is still waiting
 		// for a server connection, cancel the wait instead.
 		s.cancelWait()
 		return
 	}
-	ctx, done := context.WithTimeout(ctx, 5*time.Second)
-	defer done()
-	if err := conn.Pool().Cancel(ctx, conn.PID, conn.SecretKey); err != nil {
-		p.log.Warn("forwarding cancel request failed", "err", err)
-	}
+	s.forwardCancel(ctx, conn, g)
 }
 
 // serverParams returns the parameters a pool's servers report, learning them

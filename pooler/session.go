@@ -769,17 +769,6 @@ func cancelOnServer(conn *backend.Conn) {
 	}()
 }
 
-// runningConn returns the server connection running the session's current
-// request, for routing a CancelRequest.
-func (s *session) runningConn() *backend.Conn {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if a := s.att; a != nil && !a.released && a.pending() > 0 {
-		return a.conn
-	}
-	return nil
-}
-
 func (s *session) isDraining() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
