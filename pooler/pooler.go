@@ -36,9 +36,15 @@ type Pooler struct {
 	log   *slog.Logger
 	m     *metrics
 
-	mu       sync.Mutex
-	sessions map[uint32]*session // by the BackendKeyData process ID we gave the client
-	draining bool
+	mu        sync.Mutex
+	sessions  map[uint32]*session // by the BackendKeyData process ID we gave the client
+	draining  bool
+	probed    int           // sessions whose peer has a Probe (see watch.go)
+	watchStop chan struct{} // closes the watcher; nil while none runs
+
+	// epoch counts the watcher's ticks; a session waiting on the server
+	// records it in session.stuck (see watch.go).
+	epoch atomic.Uint32
 
 	active atomic.Int64 // sessions past the startup packet, for MaxClients
 	open   atomic.Int64 // sessions between register and unregister
@@ -68,14 +74,16 @@ func New(cfg Config, pools PoolSource, logger *slog.Logger, reg prometheus.Regis
 	if err != nil {
 		return nil, err
 	}
-	return &Pooler{
+	p := &Pooler{
 		cfg:      cfg,
 		pools:    pools,
 		log:      logger,
 		m:        m,
 		sessions: make(map[uint32]*session),
 		params:   make(map[*backend.Pool]map[string]string),
-	}, nil
+	}
+	p.epoch.Store(1) // a session's stuck mark of 0 means "not waiting"
+	return p, nil
 }
 
 // Serve runs one client session to completion and closes rwc. It returns nil
@@ -152,6 +160,9 @@ func (p *Pooler) register(s *session) bool {
 		p.sessions[pid] = s
 		p.wg.Add(1)
 		p.open.Add(1)
+		if s.peer.Probe != nil {
+			p.startWatchLocked()
+		}
 		return true
 	}
 }
@@ -181,7 +192,14 @@ func (p *Pooler) dropKey(s *session) {
 }
 
 func (p *Pooler) unregister(s *session) {
-	p.dropKey(s)
+	p.mu.Lock()
+	if p.sessions[s.pid] == s {
+		delete(p.sessions, s.pid)
+	}
+	if s.peer.Probe != nil {
+		p.stopWatchLocked()
+	}
+	p.mu.Unlock()
 	p.open.Add(-1)
 	p.wg.Done()
 }

@@ -154,6 +154,10 @@ func (s *session) relay(a *attachment) {
 // no goroutine hand-off. It returns when the connection went back, the
 // server waits for the client, or nothing is pending any more.
 func (s *session) relayInline(a *attachment) relayResult {
+	if s.peer.Probe != nil {
+		s.markStuck()
+		defer s.stuck.Store(0)
+	}
 	for {
 		switch r := s.relayOne(a); r {
 		case relayReleased, relayLost, relayWaiting:

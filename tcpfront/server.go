@@ -279,6 +279,7 @@ func (s *Server) session(conn net.Conn) {
 		Addr:       conn.RemoteAddr(),
 		Transport:  "tcp",
 		RequireTLS: s.cfg.RequireTLS,
+		Probe:      newProbe(conn),
 	}
 	if s.cfg.TLSConfig != nil {
 		tlsCfg := s.cfg.TLSConfig
