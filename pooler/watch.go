@@ -30,7 +30,9 @@ const watchInterval = 250 * time.Millisecond
 // server has processed it), ends a wait for a server connection, and closes
 // the client stream. The owner then reads the query's error and
 // ReadyForQuery, and the connection goes back to the pool idle, or is rolled
-// back by the session's cleanup inside a transaction.
+// back by the session's cleanup inside a transaction. A session still waiting
+// at a tick at least half an interval after that has its server connection
+// closed (and so destroyed): the query did not stop.
 
 // markStuck records that the owner is about to wait on the server.
 func (s *session) markStuck() {
