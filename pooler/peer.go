@@ -31,4 +31,18 @@ type Peer struct {
 	// RequireTLS makes the pooler refuse a StartupMessage that arrives
 	// without TLS on a transport that is not Secure (SQLSTATE 28000).
 	RequireTLS bool
+
+	// Probe, when non-nil, tells whether the client is still connected
+	// without reading from the connection or waiting: nil means it may still
+	// be there, an error that it is gone for good (the peer closed or reset
+	// its end). While the session's goroutine waits on the server (reading a
+	// query's replies, or waiting for a server connection) it does not read
+	// the client and cannot see it leave; the pooler's watcher calls Probe,
+	// from its own goroutine and concurrently with the session, for
+	// sessions that have been waiting that way for at least a quarter of a
+	// second, and cancels the request of a client that is gone so its server
+	// connection is freed at once instead of when the query ends. Fronts
+	// whose own transport already reports a lost client through the
+	// session's context (QUIC) leave it nil.
+	Probe func() error
 }

@@ -22,7 +22,6 @@ import (
 	"log/slog"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -37,9 +36,15 @@ type Pooler struct {
 	log   *slog.Logger
 	m     *metrics
 
-	mu       sync.Mutex
-	sessions map[uint32]*session // by the BackendKeyData process ID we gave the client
-	draining bool
+	mu        sync.Mutex
+	sessions  map[uint32]*session // by the BackendKeyData process ID we gave the client
+	draining  bool
+	probed    int           // sessions whose peer has a Probe (see watch.go)
+	watchStop chan struct{} // closes the watcher; nil while none runs
+
+	// epoch counts the watcher's ticks; a session waiting on the server
+	// records it in session.stuck (see watch.go).
+	epoch atomic.Uint32
 
 	active atomic.Int64 // sessions past the startup packet, for MaxClients
 	open   atomic.Int64 // sessions between register and unregister
@@ -69,14 +74,16 @@ func New(cfg Config, pools PoolSource, logger *slog.Logger, reg prometheus.Regis
 	if err != nil {
 		return nil, err
 	}
-	return &Pooler{
+	p := &Pooler{
 		cfg:      cfg,
 		pools:    pools,
 		log:      logger,
 		m:        m,
 		sessions: make(map[uint32]*session),
 		params:   make(map[*backend.Pool]map[string]string),
-	}, nil
+	}
+	p.epoch.Store(1) // a session's stuck mark of 0 means "not waiting"
+	return p, nil
 }
 
 // Serve runs one client session to completion and closes rwc. It returns nil
@@ -153,6 +160,9 @@ func (p *Pooler) register(s *session) bool {
 		p.sessions[pid] = s
 		p.wg.Add(1)
 		p.open.Add(1)
+		if s.peer.Probe != nil {
+			p.startWatchLocked()
+		}
 		return true
 	}
 }
@@ -182,14 +192,27 @@ func (p *Pooler) dropKey(s *session) {
 }
 
 func (p *Pooler) unregister(s *session) {
-	p.dropKey(s)
+	p.mu.Lock()
+	if p.sessions[s.pid] == s {
+		delete(p.sessions, s.pid)
+	}
+	if s.peer.Probe != nil {
+		p.stopWatchLocked()
+	}
+	p.mu.Unlock()
 	p.open.Add(-1)
 	p.wg.Done()
 }
 
 // cancel routes a CancelRequest to the server connection currently serving
 // the session it names. A request for an unknown session, with a wrong key, or
-// for a session with nothing running is ignored, as PostgreSQL does.
+// for a session with nothing running is ignored, as PostgreSQL does; a
+// request still waiting for a server connection stops waiting instead.
+//
+// The cancel is registered on the session's attachment before the lock is
+// dropped, so the connection cannot go back to the pool, and be lent to
+// another client whose query the signal would then hit, until the server has
+// processed the cancel (see cancel.go).
 func (p *Pooler) cancel(ctx context.Context, pid uint32, key []byte) {
 	p.m.cancels.Inc()
 	p.mu.Lock()
@@ -199,18 +222,16 @@ func (p *Pooler) cancel(ctx context.Context, pid uint32, key []byte) {
 		p.log.Debug("cancel request for unknown session", "pid", pid)
 		return
 	}
-	conn := s.runningConn()
+	s.mu.Lock()
+	conn, g := s.beginCancelLocked()
+	s.mu.Unlock()
 	if conn == nil {
 		// Nothing runs on a server yet; if the request is still waiting
 		// for a server connection, cancel the wait instead.
 		s.cancelWait()
 		return
 	}
-	ctx, done := context.WithTimeout(ctx, 5*time.Second)
-	defer done()
-	if err := conn.Pool().Cancel(ctx, conn.PID, conn.SecretKey); err != nil {
-		p.log.Warn("forwarding cancel request failed", "err", err)
-	}
+	s.forwardCancel(ctx, conn, g)
 }
 
 // serverParams returns the parameters a pool's servers report, learning them

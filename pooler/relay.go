@@ -65,6 +65,8 @@ type attachment struct {
 	clientGone atomic.Bool
 	quiet      atomic.Int32 // quiet entries queued: the relay's fast path must not forward their rows
 	done       chan struct{}
+
+	cancels *cancelGroup // cancels forwarded to this connection (see cancel.go)
 }
 
 // push records the reply e's message will produce. While the server is
@@ -152,6 +154,10 @@ func (s *session) relay(a *attachment) {
 // no goroutine hand-off. It returns when the connection went back, the
 // server waits for the client, or nothing is pending any more.
 func (s *session) relayInline(a *attachment) relayResult {
+	if s.peer.Probe != nil {
+		s.markStuck()
+		defer s.stuck.Store(0)
+	}
 	for {
 		switch r := s.relayOne(a); r {
 		case relayReleased, relayLost, relayWaiting:
@@ -367,7 +373,10 @@ func (s *session) emitSynthetic(a *attachment) {
 }
 
 // finishRelease returns a's connection to its pool once the owner has no
-// half-written message in its buffer, then flushes the client.
+// half-written message in its buffer, after flushing the client. A cancel
+// still in flight for the connection is waited for first (bounded by
+// cancelSettleTimeout), so it cannot reach whoever borrows the connection
+// next; if it does not complete, the connection is destroyed instead.
 func (s *session) finishRelease(a *attachment) {
 	s.wmu.Lock()
 	s.wmu.Unlock() //nolint:staticcheck // waits for the owner's in-flight flush
@@ -381,7 +390,12 @@ func (s *session) finishRelease(a *attachment) {
 	destroy := a.destroy
 	draining := s.draining
 	resetID := a.identity
+	cancels := a.cancels
 	s.mu.Unlock()
+	// Cancels first: one still in flight could hit the identity reset.
+	if cancels != nil && !destroy && !s.cancelsSettled(cancels) {
+		destroy = true
+	}
 	if !destroy && resetID {
 		if err := resetIdentity(a.conn); err != nil {
 			s.log.Warn("resetting the identity of a server connection failed; closing it", "err", err)

@@ -75,6 +75,8 @@ type session struct {
 	cwFn func() *bufio.Writer // s.clientWriter, bound once so forwarding a row allocates nothing
 	busy atomic.Bool          // a server connection is attached: keep cw
 
+	stuck atomic.Uint32 // watcher epoch when the owner began waiting on the server; 0 when not (watch.go)
+
 	wmu sync.Mutex
 
 	mu         sync.Mutex
@@ -86,6 +88,9 @@ type session struct {
 	pinned     bool // transaction mode: an identity change keeps the server connection until the session ends
 	killed     bool
 	closing    bool // rwc closed by us
+
+	abandoned *attachment // the watcher cancelled its request: the client is gone (watch.go)
+	abandonAt time.Time   // when
 }
 
 func newSession(p *Pooler, rwc io.ReadWriteCloser, peer Peer) *session {
@@ -373,7 +378,11 @@ func (s *session) acquireConn(ctx context.Context) (*backend.Conn, error) {
 	s.mu.Lock()
 	s.waitCancel = cancelWait
 	s.mu.Unlock()
+	if s.peer.Probe != nil {
+		s.markStuck()
+	}
 	conn, err := s.pool.Acquire(actx)
+	s.stuck.Store(0)
 	s.mu.Lock()
 	s.waitCancel = nil
 	s.mu.Unlock()
@@ -767,17 +776,6 @@ func cancelOnServer(conn *backend.Conn) {
 		defer cancel()
 		_ = conn.Pool().Cancel(ctx, conn.PID, conn.SecretKey)
 	}()
-}
-
-// runningConn returns the server connection running the session's current
-// request, for routing a CancelRequest.
-func (s *session) runningConn() *backend.Conn {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if a := s.att; a != nil && !a.released && a.pending() > 0 {
-		return a.conn
-	}
-	return nil
 }
 
 func (s *session) isDraining() bool {

@@ -39,6 +39,11 @@ const (
 	// the other side reset the stream first, or the stream was closed while a
 	// write was still in progress.
 	ErrCodeAborted ErrorCode = 5
+	// ErrCodeTooManyStreams resets, on both halves, a stream opened while
+	// the server already runs MaxStreams sessions and is busy answering
+	// other streams beyond it. Clients should retry later or use fewer
+	// sessions.
+	ErrCodeTooManyStreams ErrorCode = 6
 )
 
 // String names the code for logs.
@@ -56,6 +61,8 @@ func (c ErrorCode) String() string {
 		return "startup_timeout"
 	case ErrCodeAborted:
 		return "aborted"
+	case ErrCodeTooManyStreams:
+		return "too_many_streams"
 	default:
 		return fmt.Sprintf("error_code_%d", uint64(c))
 	}

@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgproto3"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/quic-go/quic-go"
 
@@ -29,6 +30,7 @@ type Handler interface {
 const (
 	DefaultMaxConns             = 1000
 	DefaultMaxStreamsPerConn    = 1000
+	DefaultMaxStreams           = 10000
 	DefaultStreamStartupTimeout = 10 * time.Second
 	DefaultIdleTimeout          = 60 * time.Second
 	DefaultKeepAlivePeriod      = 15 * time.Second
@@ -38,6 +40,15 @@ const (
 // multiplex hundreds of sessions over a few connections, and quic-go's
 // default of 100 would make them queue in OpenStreamSync.
 const minStreamsPerConn = 1000
+
+// limitSlots bounds the streams beyond MaxStreams whose first packet the
+// server still reads (to serve a CancelRequest or answer 53300); further
+// streams beyond the limit are reset at once. limitTimeout bounds how long
+// such a stream may take to deliver that packet.
+const (
+	limitSlots   = 64
+	limitTimeout = 5 * time.Second
+)
 
 // maxStartupPacket mirrors PostgreSQL's MAX_STARTUP_PACKET_LENGTH: a longer
 // first packet is a protocol violation the handler reports; the server only
@@ -61,6 +72,16 @@ type ServerConfig struct {
 	// MaxStreamsPerConn is the concurrent stream credit per connection
 	// (quic MaxIncomingStreams). Default 1000; smaller values are refused.
 	MaxStreamsPerConn int
+	// MaxStreams bounds concurrent sessions (streams) across all
+	// connections, so MaxConns × MaxStreamsPerConn streams cannot each cost
+	// a goroutine, a reader and a session before the pooler's own client
+	// limit applies. A stream beyond it does not start a session: its first
+	// packet is read (bounded by 5 s and by 64 such streams at a time), a
+	// CancelRequest is served, anything else is answered with FATAL 53300
+	// "too many connections"; when those 64 slots are busy the stream is
+	// reset with ErrCodeTooManyStreams at once. Default 10000, the pooler's
+	// default MaxClients.
+	MaxStreams int
 	// StreamStartupTimeout is how long a new stream may take to deliver its
 	// whole first packet (startup packet); after it the stream is reset with
 	// ErrCodeStartupTimeout. Default 10s.
@@ -93,6 +114,12 @@ func (c *ServerConfig) populate() error {
 	}
 	if c.MaxStreamsPerConn == 0 {
 		c.MaxStreamsPerConn = DefaultMaxStreamsPerConn
+	}
+	if c.MaxStreams == 0 {
+		c.MaxStreams = DefaultMaxStreams
+	}
+	if c.MaxStreams < 0 {
+		return fmt.Errorf("quicfront: MaxStreams %d must be positive", c.MaxStreams)
 	}
 	if c.MaxStreamsPerConn < minStreamsPerConn {
 		return fmt.Errorf("quicfront: MaxStreamsPerConn %d must be at least %d", c.MaxStreamsPerConn, minStreamsPerConn)
@@ -135,7 +162,7 @@ func newServerMetrics(reg prometheus.Registerer) (*serverMetrics, error) {
 		connsRefused: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "pgquic", Subsystem: "quic",
 			Name: "conns_refused_total", Help: "QUIC connections refused because MaxConns was reached or the server was shutting down."}),
 		streamsFailed: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "pgquic", Subsystem: "quic",
-			Name: "streams_refused_total", Help: "QUIC streams reset before a session started, by reason."}, []string{"reason"}),
+			Name: "streams_refused_total", Help: "QUIC streams ended before a session started, by reason."}, []string{"reason"}),
 	}
 	if reg != nil {
 		for _, c := range []prometheus.Collector{m.conns, m.streams, m.streamsTotal, m.connsRefused, m.streamsFailed} {
@@ -175,6 +202,8 @@ type Server struct {
 	stopped  chan struct{} // closed when draining starts
 	connWG   sync.WaitGroup
 	sem      chan struct{}
+	streams  chan struct{} // one token per session running (MaxStreams)
+	limit    chan struct{} // one token per stream beyond MaxStreams being answered
 }
 
 // listener is what *quic.Listener and *quic.EarlyListener share.
@@ -207,7 +236,8 @@ func NewServer(cfg ServerConfig, h Handler, logger *slog.Logger, reg prometheus.
 		return nil, err
 	}
 	s := &Server{cfg: cfg, h: h, log: logger, m: m, conns: map[*serverConn]struct{}{},
-		stopped: make(chan struct{}), sem: make(chan struct{}, cfg.MaxConns)}
+		stopped: make(chan struct{}), sem: make(chan struct{}, cfg.MaxConns),
+		streams: make(chan struct{}, cfg.MaxStreams), limit: make(chan struct{}, limitSlots)}
 	s.baseCtx, s.baseCancel = context.WithCancel(context.Background())
 
 	var tc *tls.Config
@@ -394,16 +424,97 @@ func (s *Server) runConn(sc *serverConn) {
 			sconn.abort(ErrCodeServerShutdown)
 			continue
 		}
-		sc.active++
+		admitted := false
+		select {
+		case s.streams <- struct{}{}:
+			admitted = true
+			sc.active++
+		default:
+		}
 		s.mu.Unlock()
+		if !admitted {
+			s.overLimit(sc, sconn, &streamWG, log)
+			continue
+		}
 		s.m.streams.Inc()
 		s.m.streamsTotal.Inc()
 		streamWG.Add(1)
 		go func() {
 			defer streamWG.Done()
+			defer func() { <-s.streams }()
 			s.runStream(sc, sconn, log)
 		}()
 	}
+}
+
+// overLimit handles a stream beyond MaxStreams without starting a session:
+// while fewer than limitSlots such streams are being answered, a goroutine
+// reads its first packet (see refuseStream); otherwise the stream is reset
+// with ErrCodeTooManyStreams at once, costing nothing more.
+func (s *Server) overLimit(sc *serverConn, c *streamConn, wg *sync.WaitGroup, log *slog.Logger) {
+	select {
+	case s.limit <- struct{}{}:
+	default:
+		s.m.streamsFailed.WithLabelValues("too_many_streams").Inc()
+		c.abort(ErrCodeTooManyStreams)
+		return
+	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		defer func() { <-s.limit }()
+		s.refuseStream(sc, c, log)
+	}()
+}
+
+// tooManyStreams is the FATAL error a stream beyond MaxStreams receives,
+// with the SQLSTATE PostgreSQL uses for "sorry, too many clients already".
+var tooManyStreams = func() []byte {
+	b, err := (&pgproto3.ErrorResponse{
+		Severity:            "FATAL",
+		SeverityUnlocalized: "FATAL",
+		Code:                "53300",
+		Message:             "too many connections",
+		Detail:              "The pgquic QUIC front is at its stream limit.",
+	}).Encode(nil)
+	if err != nil {
+		panic(err) // static message; cannot fail
+	}
+	return b
+}()
+
+// refuseStream answers a stream beyond MaxStreams the way PostgreSQL answers
+// a connection beyond max_connections, except for a CancelRequest, which is
+// served as PostgreSQL serves it whatever its connection count: it is
+// short-lived, and a client whose own sessions fill the limit must still be
+// able to cancel their queries. It waits at most limitTimeout for the first
+// packet.
+func (s *Server) refuseStream(sc *serverConn, c *streamConn, log *slog.Logger) {
+	code, err := s.awaitStartup(c, limitTimeout)
+	if err != nil {
+		s.m.streamsFailed.WithLabelValues("too_many_streams").Inc()
+		c.abort(ErrCodeTooManyStreams)
+		return
+	}
+	if code == cancelRequestCode {
+		select {
+		case <-sc.conn.HandshakeComplete():
+		case <-sc.conn.Context().Done():
+			_ = c.Close()
+			return
+		}
+		peer := pooler.Peer{Addr: sc.conn.RemoteAddr(), Transport: "quic", Secure: true}
+		if err := s.h.Serve(s.baseCtx, c, peer); err != nil {
+			log.Debug("QUIC cancel request at the stream limit", "stream", c.str.StreamID(), "err", err)
+		}
+		_ = c.Close()
+		return
+	}
+	s.m.streamsFailed.WithLabelValues("too_many_streams").Inc()
+	log.Debug("QUIC stream refused: MaxStreams reached", "stream", c.str.StreamID(), "max_streams", s.cfg.MaxStreams)
+	_ = c.SetWriteDeadline(time.Now().Add(limitTimeout))
+	_, _ = c.Write(tooManyStreams)
+	_ = c.Close()
 }
 
 // runStream waits for the startup packet, then runs the session.
@@ -418,7 +529,7 @@ func (s *Server) runStream(sc *serverConn, c *streamConn, log *slog.Logger) {
 			_ = sc.conn.CloseWithError(ErrCodeServerShutdown.app(), "server shutting down")
 		}
 	}()
-	if err := s.awaitStartup(c); err != nil {
+	if _, err := s.awaitStartup(c, s.cfg.StreamStartupTimeout); err != nil {
 		var ne net.Error
 		switch {
 		case errors.As(err, &ne) && ne.Timeout():
@@ -481,30 +592,35 @@ func clientGone(cause error) bool {
 }
 
 // awaitStartup blocks until the stream holds a whole first packet (or
-// maxStartupPacket bytes), without consuming anything, or the startup
-// timeout passes.
-func (s *Server) awaitStartup(c *streamConn) error {
-	if err := c.str.SetReadDeadline(time.Now().Add(s.cfg.StreamStartupTimeout)); err != nil {
-		return err
+// maxStartupPacket bytes), without consuming anything, or timeout passes.
+// It returns the packet's code (protocol version or request code), 0 when
+// the packet is too short to hold one.
+func (s *Server) awaitStartup(c *streamConn, timeout time.Duration) (uint32, error) {
+	if err := c.str.SetReadDeadline(time.Now().Add(timeout)); err != nil {
+		return 0, err
 	}
 	var hdr [4]byte
 	if _, err := c.str.Peek(hdr[:]); err != nil {
 		if errors.Is(err, io.EOF) {
-			return io.ErrUnexpectedEOF
+			return 0, io.ErrUnexpectedEOF
 		}
-		return err
+		return 0, err
 	}
 	n := int(binary.BigEndian.Uint32(hdr[:]))
+	var code uint32
 	if n > 4 {
 		if n > maxStartupPacket {
 			n = maxStartupPacket // the handler rejects it; no need to wait for more
 		}
 		buf := make([]byte, n)
 		if _, err := c.str.Peek(buf); err != nil && !errors.Is(err, io.EOF) {
-			return err
+			return 0, err
+		}
+		if n >= 8 {
+			code = binary.BigEndian.Uint32(buf[4:8])
 		}
 	}
-	return c.str.SetReadDeadline(time.Time{})
+	return code, c.str.SetReadDeadline(time.Time{})
 }
 
 // Shutdown stops accepting connections and streams (new streams are reset

@@ -11,6 +11,8 @@ type metrics struct {
 	connections prometheus.Gauge
 	accepted    prometheus.Counter
 	refused     prometheus.Counter
+	// cancelsAtLimit counts CancelRequests served beyond MaxConns.
+	cancelsAtLimit prometheus.Counter
 }
 
 func newMetrics() metrics {
@@ -27,12 +29,16 @@ func newMetrics() metrics {
 			Name: "pgquic_tcp_refused_total",
 			Help: "TCP connections refused with SQLSTATE 53300 because the front was at its connection limit.",
 		}),
+		cancelsAtLimit: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "pgquic_tcp_cancels_at_limit_total",
+			Help: "CancelRequests served on connections beyond the front's connection limit.",
+		}),
 	}
 }
 
 func (m metrics) register(reg prometheus.Registerer) error {
 	var errs []error
-	for _, c := range []prometheus.Collector{m.connections, m.accepted, m.refused} {
+	for _, c := range []prometheus.Collector{m.connections, m.accepted, m.refused, m.cancelsAtLimit} {
 		errs = append(errs, reg.Register(c))
 	}
 	return errors.Join(errs...)

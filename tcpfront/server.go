@@ -61,7 +61,8 @@ type Config struct {
 	// MaxConns bounds concurrent connections held by this front. A
 	// connection beyond it is accepted, its first startup packet read, and
 	// it is answered with an ErrorResponse SQLSTATE 53300 "too many
-	// connections" and closed, as PostgreSQL does. Default: 10000.
+	// connections" and closed, as PostgreSQL does; a CancelRequest is still
+	// served. Default: 10000.
 	MaxConns int
 
 	// KeepAlive is the TCP keep-alive period; negative disables keep-alive.
@@ -253,7 +254,6 @@ func (s *Server) admit(conn net.Conn) {
 	s.mu.Unlock()
 
 	if refuse {
-		s.m.refused.Inc()
 		go s.refuse(conn)
 		return
 	}
@@ -279,6 +279,7 @@ func (s *Server) session(conn net.Conn) {
 		Addr:       conn.RemoteAddr(),
 		Transport:  "tcp",
 		RequireTLS: s.cfg.RequireTLS,
+		Probe:      newProbe(conn),
 	}
 	if s.cfg.TLSConfig != nil {
 		tlsCfg := s.cfg.TLSConfig
@@ -302,25 +303,49 @@ func isQuietEnd(err error) bool {
 }
 
 // refuse answers a connection beyond MaxConns the way PostgreSQL answers one
-// beyond max_connections: it reads the startup packet (answering 'N' to an
-// SSLRequest or GSSENCRequest so that the client proceeds in the clear),
-// then sends a FATAL ErrorResponse with SQLSTATE 53300. Reading first matters:
-// closing a socket with unread input makes the kernel send a reset, which can
-// destroy the error before the client reads it. A CancelRequest gets no
-// answer, as in PostgreSQL.
+// beyond max_connections: it reads the startup packet (answering an
+// SSLRequest with the TLS handshake when TLS is configured, 'N' otherwise,
+// and a GSSENCRequest with 'N'), then sends a FATAL ErrorResponse with
+// SQLSTATE 53300. Reading first matters: closing a socket with unread input
+// makes the kernel send a reset, which can destroy the error before the
+// client reads it.
+//
+// A CancelRequest is served instead, as PostgreSQL serves one whatever its
+// connection count: it is short-lived, and a client whose own session fills
+// the last slot must still be able to cancel that session's query. The
+// packet is handed to the handler, which forwards it and closes the
+// connection.
 func (s *Server) refuse(conn net.Conn) {
 	defer s.release(conn, false)
 	_ = conn.SetDeadline(time.Now().Add(refuseTimeout))
-	if err := answerTooMany(conn); err != nil {
+	ctx, cancel := context.WithTimeout(s.baseCtx, refuseTimeout)
+	stream, cancelReq, err := limitStartup(ctx, conn, s.cfg.TLSConfig)
+	cancel()
+	if err == nil && cancelReq != nil {
+		s.m.cancelsAtLimit.Inc()
+		peer := pooler.Peer{Addr: conn.RemoteAddr(), Transport: "tcp", Secure: stream != conn}
+		if err := s.handler.Serve(s.baseCtx, newReplayConn(stream, cancelReq), peer); err != nil && !isQuietEnd(err) {
+			s.logger.Debug("cancel request at the connection limit", "remote", conn.RemoteAddr(), "err", err)
+		}
+		return
+	}
+	s.m.refused.Inc()
+	if err == nil {
+		_, err = stream.Write(tooManyResponse)
+	}
+	if err != nil {
 		s.logger.Debug("refusing tcp connection", "remote", conn.RemoteAddr(), "err", err)
 		return
 	}
 	// Wait (bounded by the deadline) for the client to close first, so our
 	// close does not reset a connection whose error is still unread.
+	if tc, ok := stream.(*tls.Conn); ok {
+		_ = tc.CloseWrite() // close_notify
+	}
 	if tc, ok := conn.(*net.TCPConn); ok {
 		_ = tc.CloseWrite()
 	}
-	_, _ = io.Copy(io.Discard, io.LimitReader(conn, 1<<16))
+	_, _ = io.Copy(io.Discard, io.LimitReader(stream, 1<<16))
 }
 
 // Shutdown stops accepting, then waits until every connection's handler has
