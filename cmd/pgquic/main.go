@@ -26,6 +26,7 @@ type command struct {
 var commands = []command{
 	{"serve", "run the pooler (TCP and QUIC fronts)", runServe},
 	{"edge", "local TCP listener that carries each client connection as a QUIC stream to a pooler", runEdge},
+	{"wan", "WAN emulator: relays TCP and UDP to an upstream with delay, jitter and UDP loss", runWan},
 }
 
 func main() {
