@@ -144,6 +144,18 @@ func TestTCPRoundTrip(t *testing.T) {
 		st = r.Stats().TCP
 		return st.Up.Chunks >= 16 && st.Down.Chunks == st.Up.Chunks && st.Up.Bytes == 64*st.Up.Chunks && st.Down.Bytes == st.Up.Bytes
 	})
+	checkLateness(t, rtt, st.Up.Late, st.Up.Chunks, st.Down.Late, st.Down.Chunks)
+}
+
+// checkLateness checks the relay's own account of its timing error: the
+// mean lateness of the two directions together stays within 5% of the RTT.
+func checkLateness(t *testing.T, rtt time.Duration, up Lateness, upN uint64, down Lateness, downN uint64) {
+	t.Helper()
+	mean := up.Total/time.Duration(upN) + down.Total/time.Duration(downN)
+	t.Logf("mean lateness per round trip %v (up max %v, down max %v)", mean, up.Max, down.Max)
+	if mean < 0 || mean > rtt/20 {
+		t.Errorf("mean lateness per round trip %v, want within [0, %v]", mean, rtt/20)
+	}
 }
 
 // TestTCPHandshakeRTT times a new connection from dial to the echo of its
@@ -212,6 +224,7 @@ func TestQUICRoundTrip(t *testing.T) {
 	if st.Flows != 1 || st.Up.Packets == 0 || st.Down.Packets == 0 {
 		t.Fatalf("stats %+v, want one flow with packets both ways", st)
 	}
+	checkLateness(t, rtt, st.Up.Late, st.Up.Packets, st.Down.Late, st.Down.Packets)
 }
 
 // TestUDPLoss sends 5,000 datagrams each way through 10% loss: each

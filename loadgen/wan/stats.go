@@ -1,6 +1,9 @@
 package wan
 
-import "sync/atomic"
+import (
+	"sync/atomic"
+	"time"
+)
 
 // Stats is a snapshot of what a relay has carried and dropped since it
 // started. "Up" is client to upstream, "Down" upstream to client. For UDP,
@@ -40,6 +43,19 @@ type UDPDirection struct {
 	// WriteErrors counts datagrams the kernel refused to send (for example
 	// ECONNREFUSED after the upstream port closed).
 	WriteErrors uint64 `json:"write_errors"`
+	// Late sums and bounds how far past its delivery time each datagram was
+	// sent (Late.Total/Packets is the mean): the emulator's own error.
+	Late Lateness `json:"late"`
+}
+
+// Lateness measures how far behind schedule deliveries were: the relay's own
+// timing error, which a report can print beside the configured RTT. It
+// grows when the relay's process is short of CPU.
+type Lateness struct {
+	// Total is the sum over deliveries; divide by their count for the mean.
+	Total time.Duration `json:"total_ns"`
+	// Max is the largest single lateness.
+	Max time.Duration `json:"max_ns"`
 }
 
 // TCPStats counts connections and the chunks (one read each) they carried.
@@ -65,6 +81,9 @@ type TCPDirection struct {
 	// held back in that direction (the sender is then slowed by TCP flow
 	// control, nothing is dropped).
 	Stalls uint64 `json:"stalls"`
+	// Late sums and bounds how far past its delivery time each chunk was
+	// written (Late.Total/Chunks is the mean).
+	Late Lateness `json:"late"`
 }
 
 // counters are the live counters behind Stats.
@@ -79,10 +98,33 @@ type counters struct {
 
 type udpCounters struct {
 	received, packets, bytes, lost, queueDrops, writeErrors atomic.Uint64
+	late                                                    lateCounter
 }
 
 type tcpCounters struct {
 	chunks, bytes, stalls atomic.Uint64
+	late                  lateCounter
+}
+
+// lateCounter accumulates Lateness.
+type lateCounter struct {
+	total, max atomic.Int64
+}
+
+// add records the lateness of n deliveries whose latenesses sum to total
+// and peak at peak.
+func (l *lateCounter) add(total, peak int64) {
+	l.total.Add(total)
+	for {
+		m := l.max.Load()
+		if peak <= m || l.max.CompareAndSwap(m, peak) {
+			return
+		}
+	}
+}
+
+func (l *lateCounter) snapshot() Lateness {
+	return Lateness{Total: time.Duration(l.total.Load()), Max: time.Duration(l.max.Load())}
 }
 
 func (c *udpCounters) snapshot() UDPDirection {
@@ -93,11 +135,12 @@ func (c *udpCounters) snapshot() UDPDirection {
 		Lost:        c.lost.Load(),
 		QueueDrops:  c.queueDrops.Load(),
 		WriteErrors: c.writeErrors.Load(),
+		Late:        c.late.snapshot(),
 	}
 }
 
 func (c *tcpCounters) snapshot() TCPDirection {
-	return TCPDirection{Chunks: c.chunks.Load(), Bytes: c.bytes.Load(), Stalls: c.stalls.Load()}
+	return TCPDirection{Chunks: c.chunks.Load(), Bytes: c.bytes.Load(), Stalls: c.stalls.Load(), Late: c.late.snapshot()}
 }
 
 func (c *counters) snapshot() Stats {

@@ -274,6 +274,7 @@ func (p *pipe) write() {
 		}
 		eof := false
 		size := 0
+		var lateSum, lateMax int64
 		for p.head < len(p.q) && p.q[p.head].at <= now {
 			c := p.q[p.head]
 			p.q[p.head] = chunk{}
@@ -284,6 +285,8 @@ func (p *pipe) write() {
 			}
 			due = append(due, c.buf)
 			size += len(*c.buf)
+			lateSum += now - c.at
+			lateMax = max(lateMax, now-c.at)
 		}
 		if p.head == len(p.q) {
 			p.q, p.head = p.q[:0], 0
@@ -309,6 +312,7 @@ func (p *pipe) write() {
 		if len(due) > 0 {
 			p.cnt.chunks.Add(uint64(len(due)))
 			p.cnt.bytes.Add(uint64(size))
+			p.cnt.late.add(lateSum, lateMax)
 			for i, b := range due {
 				putBuf(b)
 				due[i] = nil

@@ -181,7 +181,7 @@ func (f *udpFlow) schedule() {
 		}
 		f.mu.Unlock()
 		for i := range due {
-			f.send(&due[i])
+			f.send(&due[i], now)
 			putBuf(due[i].buf)
 			due[i] = datagram{}
 		}
@@ -221,8 +221,9 @@ func (f *udpFlow) closeLocked() {
 	r.c.udpFlows.Add(-1)
 }
 
-// send writes one due datagram to its destination.
-func (f *udpFlow) send(d *datagram) {
+// send writes one due datagram to its destination; now is when it was
+// found due, for the lateness count.
+func (f *udpFlow) send(d *datagram, now int64) {
 	var err error
 	cnt := &f.r.c.udpUp
 	if d.down {
@@ -237,4 +238,5 @@ func (f *udpFlow) send(d *datagram) {
 	}
 	cnt.packets.Add(1)
 	cnt.bytes.Add(uint64(len(*d.buf)))
+	cnt.late.add(now-d.at, now-d.at)
 }
