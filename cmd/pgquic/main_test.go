@@ -85,7 +85,7 @@ func TestUsage(t *testing.T) {
 func TestUsageListsOnlyBuiltCommands(t *testing.T) {
 	var out bytes.Buffer
 	usage(&out)
-	for _, name := range []string{"ramp", "wan"} {
+	for _, name := range []string{"ramp"} {
 		if strings.Contains(out.String(), name) {
 			t.Errorf("usage mentions unbuilt command %q", name)
 		}

@@ -1,0 +1,167 @@
+package wan
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"math"
+	"net"
+	"strconv"
+	"time"
+)
+
+// Defaults of the Config fields whose zero value means "use the default".
+const (
+	// DefaultListen binds loopback on a port the kernel picks; Relay.Addr
+	// tells which.
+	DefaultListen = "127.0.0.1:0"
+	// DefaultUDPIdleTimeout is longer than QUIC's 30 s idle timeout, so a
+	// mapping outlives any connection quic-go would still consider open.
+	DefaultUDPIdleTimeout = 2 * time.Minute
+	// DefaultMaxQueueBytes bounds the bytes held back per TCP direction and
+	// per UDP flow: 8 MiB over a 75 ms one-way delay is about 110 MB/s.
+	DefaultMaxQueueBytes = 8 << 20
+	// DefaultMaxUDPFlows bounds the client source addresses mapped at once;
+	// each mapping holds a socket and a 64 KiB read buffer.
+	DefaultMaxUDPFlows = 1024
+)
+
+// minQueueBytes keeps the queue bound above the largest chunk or datagram
+// the relay reads at once, so one read always fits an empty queue.
+const minQueueBytes = 2 * maxRead
+
+// Config describes one relay. The zero value of each optional field selects
+// the default documented on it.
+type Config struct {
+	// Listen is the address clients connect to, for TCP and UDP alike (the
+	// same port for both). Default DefaultListen.
+	Listen string
+	// Upstream is the address the relay forwards to (TCP and UDP, same
+	// port), such as a pooler whose TCP and QUIC fronts share a port.
+	// Required.
+	Upstream string
+	// RTT is the round trip the relay adds: each direction delays data by
+	// RTT/2. Zero relays without delay.
+	RTT time.Duration
+	// Jitter spreads each one-way delay uniformly over
+	// [RTT/2-Jitter, RTT/2+Jitter], as netem's "delay T J" does. It must not
+	// exceed RTT/2. UDP datagrams may overtake each other; TCP bytes never do
+	// (see README). Zero means a constant delay.
+	Jitter time.Duration
+	// Loss is the probability in [0, 1) that a UDP datagram is dropped, drawn
+	// independently for each datagram in each direction. TCP is never
+	// dropped. Zero means no loss.
+	Loss float64
+	// UDPIdleTimeout ends a UDP mapping (and its upstream socket) after no
+	// datagram in either direction for this long. Default
+	// DefaultUDPIdleTimeout.
+	UDPIdleTimeout time.Duration
+	// MaxQueueBytes bounds the data held back per TCP direction (the reader
+	// then stops reading, so TCP flow control pushes back on the sender) and
+	// per UDP flow (further datagrams are dropped and counted). Default
+	// DefaultMaxQueueBytes.
+	MaxQueueBytes int
+	// MaxUDPFlows bounds the UDP mappings open at once; datagrams from further
+	// sources are dropped and counted. Default DefaultMaxUDPFlows.
+	MaxUDPFlows int
+}
+
+// withDefaults returns c with its zero-valued optional fields filled in.
+func (c Config) withDefaults() Config {
+	if c.Listen == "" {
+		c.Listen = DefaultListen
+	}
+	if c.UDPIdleTimeout == 0 {
+		c.UDPIdleTimeout = DefaultUDPIdleTimeout
+	}
+	if c.MaxQueueBytes == 0 {
+		c.MaxQueueBytes = DefaultMaxQueueBytes
+	}
+	if c.MaxUDPFlows == 0 {
+		c.MaxUDPFlows = DefaultMaxUDPFlows
+	}
+	return c
+}
+
+// Validate reports every setting that cannot work, joined in one error, so a
+// user fixes a command line in one go. It checks c as New would use it,
+// defaults filled in.
+func (c Config) Validate() error {
+	c = c.withDefaults()
+	var errs []error
+	if c.RTT < 0 {
+		errs = append(errs, fmt.Errorf("rtt %v must not be negative", c.RTT))
+	}
+	if c.Jitter < 0 {
+		errs = append(errs, fmt.Errorf("jitter %v must not be negative", c.Jitter))
+	} else if c.RTT >= 0 && c.Jitter > c.RTT/2 {
+		errs = append(errs, fmt.Errorf("jitter %v must not exceed half the rtt (%v): a one-way delay of RTT/2±jitter cannot be negative", c.Jitter, c.RTT/2))
+	}
+	if math.IsNaN(c.Loss) || c.Loss < 0 || c.Loss >= 1 {
+		errs = append(errs, fmt.Errorf("loss %v must be a probability in [0, 1), e.g. 0.01 for 1%%", c.Loss))
+	}
+	if c.UDPIdleTimeout < 0 {
+		errs = append(errs, fmt.Errorf("udp idle timeout %v must not be negative", c.UDPIdleTimeout))
+	}
+	if c.MaxQueueBytes < minQueueBytes {
+		errs = append(errs, fmt.Errorf("max queue bytes %d must be at least %d", c.MaxQueueBytes, minQueueBytes))
+	}
+	if c.MaxUDPFlows < 0 {
+		errs = append(errs, fmt.Errorf("max udp flows %d must not be negative", c.MaxUDPFlows))
+	}
+	if c.Upstream == "" {
+		errs = append(errs, errors.New("upstream address is required"))
+	} else if err := checkNotLoop(c.Listen, c.Upstream); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// checkNotLoop refuses a listen address that is the upstream itself: the
+// relay would forward to itself forever.
+func checkNotLoop(listen, upstream string) error {
+	up, err := net.ResolveTCPAddr("tcp", upstream)
+	if err != nil {
+		return fmt.Errorf("upstream %q: %w", upstream, err)
+	}
+	ln, err := net.ResolveTCPAddr("tcp", listen)
+	if err != nil {
+		return fmt.Errorf("listen %q: %w", listen, err)
+	}
+	if ln.Port == 0 || ln.Port != up.Port {
+		return nil
+	}
+	anyLocal := func(ip net.IP) bool { return ip == nil || ip.IsUnspecified() }
+	if ln.IP.Equal(up.IP) || anyLocal(ln.IP) && (anyLocal(up.IP) || up.IP.IsLoopback()) {
+		return fmt.Errorf("listen %q and upstream %q are the same address: the relay would forward to itself", listen, upstream)
+	}
+	return nil
+}
+
+// RegisterFlags binds c's fields to the flags of `pgquic wan` on fs, with the
+// current values of c as the defaults. Args is its inverse.
+func (c *Config) RegisterFlags(fs *flag.FlagSet) {
+	fs.StringVar(&c.Listen, "listen", c.Listen, "`address` clients connect to, TCP and UDP on the same port (required)")
+	fs.StringVar(&c.Upstream, "upstream", c.Upstream, "`address` to relay to, TCP and UDP on the same port (required)")
+	fs.DurationVar(&c.RTT, "rtt", c.RTT, "round-trip `duration` added: each direction waits half of it (required; 0 relays without delay)")
+	fs.DurationVar(&c.Jitter, "jitter", c.Jitter, "spread each one-way delay uniformly over RTT/2 ± this `duration` (at most RTT/2)")
+	fs.Float64Var(&c.Loss, "loss", c.Loss, "`probability` in [0, 1) of dropping each UDP datagram, each direction (0.01 = 1%)")
+	fs.DurationVar(&c.UDPIdleTimeout, "udp-idle-timeout", c.UDPIdleTimeout, "end a UDP mapping after this idle `duration` (0 means 2m)")
+	fs.IntVar(&c.MaxQueueBytes, "max-queue-bytes", c.MaxQueueBytes, "`bytes` held back per TCP direction and per UDP flow (0 means 8 MiB)")
+	fs.IntVar(&c.MaxUDPFlows, "max-udp-flows", c.MaxUDPFlows, "UDP client addresses mapped at once (0 means 1024)")
+}
+
+// Args returns the `pgquic wan` flags that reproduce c; StartProcess passes
+// them to the child.
+func (c Config) Args() []string {
+	return []string{
+		"--listen", c.Listen,
+		"--upstream", c.Upstream,
+		"--rtt", c.RTT.String(),
+		"--jitter", c.Jitter.String(),
+		"--loss", strconv.FormatFloat(c.Loss, 'g', -1, 64),
+		"--udp-idle-timeout", c.UDPIdleTimeout.String(),
+		"--max-queue-bytes", strconv.Itoa(c.MaxQueueBytes),
+		"--max-udp-flows", strconv.Itoa(c.MaxUDPFlows),
+	}
+}

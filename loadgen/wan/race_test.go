@@ -1,0 +1,6 @@
+//go:build race
+
+package wan
+
+// raceEnabled: the race detector slows the relay several times over.
+const raceEnabled = true
