@@ -1,0 +1,332 @@
+// Package report holds the result of a ramp comparison: the scenario that was
+// run and, for each transport, what the ceiling model predicted beside what
+// was measured, second by second.
+//
+// The JSON form (ramp.json) is a contract that users script against, so the
+// field names of the contract never change; fields may be added. Every run
+// accounts for every query it scheduled: scheduled = completed + errors +
+// unfinished. Validate checks that, and WriteJSON and ReadJSON refuse a report
+// that breaks it, because a comparison in which queries vanish cannot be
+// trusted.
+package report
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+)
+
+// Transports named in Run.Transport.
+const (
+	// TransportTCP is PostgreSQL's own wire protocol over TCP, one query at a
+	// time per connection, with or without TLS.
+	TransportTCP = "tcp"
+	// TransportQUIC is one PostgreSQL session per bidirectional QUIC stream,
+	// several streams per connection, always with TLS 1.3.
+	TransportQUIC = "quic"
+)
+
+// Report is the whole result of one ramp: the scenario shared by every run
+// and one Run per transport measured.
+type Report struct {
+	// Scenario is what every run was asked to do.
+	Scenario Scenario `json:"scenario"`
+	// Runs holds one entry per transport measured, in the order they ran.
+	Runs []Run `json:"runs"`
+	// StartedAt is when the first run began; zero when unknown. The README
+	// quotes tables with their date, so the report carries it.
+	StartedAt time.Time `json:"started_at,omitzero"`
+	// Machine describes where the measurement ran, since every number in a
+	// report depends on it; nil when unknown.
+	Machine *Machine `json:"machine,omitempty"`
+}
+
+// Scenario is the load and the network every run of a report shares, so that
+// the runs are compared under the same conditions.
+type Scenario struct {
+	// RTTMs is the emulated round-trip time in milliseconds.
+	RTTMs float64 `json:"rtt_ms"`
+	// JitterMs is the emulated jitter in milliseconds (0 for none).
+	JitterMs float64 `json:"jitter_ms"`
+	// FromQPS is the offered rate at the start of the ramp, in queries per second.
+	FromQPS float64 `json:"from_qps"`
+	// ToQPS is the offered rate at the end of the ramp, in queries per second.
+	ToQPS float64 `json:"to_qps"`
+	// DurationS is the length of the ramp in seconds.
+	DurationS float64 `json:"duration_s"`
+	// Query is the SQL every scheduled query runs.
+	Query string `json:"query"`
+	// PoolSize is the number of server connections the pooler lends out;
+	// it bounds the server side's throughput (see Run.PredictedPoolCeilingQPS).
+	PoolSize int `json:"pool_size"`
+	// Arrivals names the arrival process ("linear", "constant", "poisson");
+	// empty means the default linear ramp.
+	Arrivals string `json:"arrivals,omitempty"`
+	// UDPLoss is the emulated UDP loss rate as a fraction (0.01 is 1%); it
+	// applies to QUIC only, because the relay cannot drop TCP segments.
+	UDPLoss float64 `json:"udp_loss,omitempty"`
+}
+
+// Machine describes the host a report was measured on.
+type Machine struct {
+	// CPUs is the number of logical CPUs the host has.
+	CPUs int `json:"cpus"`
+	// OS and Arch are Go's runtime.GOOS and runtime.GOARCH.
+	OS   string `json:"os"`
+	Arch string `json:"arch"`
+	// Kernel is the kernel release (uname -r), when known.
+	Kernel string `json:"kernel,omitempty"`
+	// GoVersion is the Go release the load generator was built with.
+	GoVersion string `json:"go_version,omitempty"`
+}
+
+// Run is one transport's measurement beside the model's prediction for it.
+type Run struct {
+	// Transport is TransportTCP or TransportQUIC.
+	Transport string `json:"transport"`
+	// Target is the address measured in target mode (an existing pooler or
+	// server); empty when the run used the in-process pooler.
+	Target string `json:"target,omitempty"`
+	// Conns is the number of client connections.
+	Conns int `json:"conns"`
+	// StreamsPerConn is the number of PostgreSQL sessions each connection
+	// carries: 1 for TCP, the stream count for QUIC.
+	StreamsPerConn int `json:"streams_per_conn"`
+	// TLS tells whether the connections were encrypted (always true for QUIC).
+	TLS bool `json:"tls"`
+
+	// PredictedCeilingQPS is the client-side ceiling of the model:
+	// Conns x StreamsPerConn / (RTT + execution + pooler overhead).
+	PredictedCeilingQPS float64 `json:"predicted_ceiling_qps"`
+	// PredictedPoolCeilingQPS is the server-side ceiling of the model:
+	// pool_size / (execution + pooler overhead); 0 when not computed. The
+	// run cannot exceed the lower of the two ceilings.
+	PredictedPoolCeilingQPS float64 `json:"predicted_pool_ceiling_qps,omitempty"`
+	// ModelExecMs and ModelOverheadMs are the execution time and pooler
+	// overhead per query, in milliseconds, that the predictions used.
+	ModelExecMs     float64 `json:"model_exec_ms,omitempty"`
+	ModelOverheadMs float64 `json:"model_overhead_ms,omitempty"`
+	// KneeQPS is the highest offered rate of a one-second window whose
+	// completions kept up (at least 98% of offered) with a backlog that did
+	// not grow.
+	KneeQPS float64 `json:"knee_qps"`
+
+	// Scheduled is the number of queries the schedule asked for; it always
+	// equals Completed + Errors + Unfinished.
+	Scheduled int64 `json:"scheduled"`
+	// Completed is the number of queries that returned a result.
+	Completed int64 `json:"completed"`
+	// Errors is the number of queries that returned an error.
+	Errors int64 `json:"errors"`
+	// Unfinished is the number of queries still queued or in flight when the
+	// run ended.
+	Unfinished int64 `json:"unfinished"`
+	// Interrupted tells that the run was stopped early (Ctrl-C); its counts
+	// cover what had been scheduled by then.
+	Interrupted bool `json:"interrupted,omitempty"`
+
+	// PeakQPS is the highest completed rate of any one-second window.
+	PeakQPS float64 `json:"peak_qps"`
+	// LatencyMs summarizes the latency of completed queries over the whole
+	// run, measured from each query's intended send time.
+	LatencyMs Latency `json:"latency_ms"`
+	// Client is what the load generator's own process used.
+	Client Client `json:"client"`
+	// Emulator is the CPU the WAN emulator spent relaying this run, reported
+	// apart from the client's; nil when no emulator ran.
+	Emulator *Usage `json:"emulator,omitempty"`
+	// Pooler is the CPU the pooler spent during this run, when it can be
+	// told apart (an in-process pooler shares the client's process); nil
+	// when unknown.
+	Pooler *Usage `json:"pooler,omitempty"`
+
+	// GeneratorLagMs is the largest delay, in milliseconds, between a
+	// query's intended send time and the moment the generator handed it
+	// over. Latency is measured from the intended time either way; a large
+	// lag means the generator itself, not the system under test, was short
+	// of CPU.
+	GeneratorLagMs float64 `json:"generator_lag_ms"`
+	// GeneratorFellBehind tells that the generator lagged enough for the
+	// offered rate to be in doubt; the summary says so too.
+	GeneratorFellBehind bool `json:"generator_fell_behind"`
+
+	// Seconds holds one entry per one-second window of intended send time.
+	Seconds []Second `json:"seconds"`
+}
+
+// Latency is a latency summary in milliseconds.
+type Latency struct {
+	P50  float64 `json:"p50"`
+	P90  float64 `json:"p90"`
+	P99  float64 `json:"p99"`
+	Max  float64 `json:"max"`
+	Mean float64 `json:"mean"`
+}
+
+// Client is the load generator's own resource use over a run.
+type Client struct {
+	// PeakRSSBytes is the highest resident set size sampled.
+	PeakRSSBytes int64 `json:"peak_rss_bytes"`
+	// CPUSeconds is the user plus system CPU time the process spent.
+	CPUSeconds float64 `json:"cpu_seconds"`
+	// FDs is the highest number of open file descriptors sampled.
+	FDs int `json:"fds"`
+}
+
+// Usage is the CPU one component spent over a run.
+type Usage struct {
+	// CPUSeconds is the user plus system CPU time spent.
+	CPUSeconds float64 `json:"cpu_seconds"`
+}
+
+// Second is one one-second window of a run. Queries belong to the window of
+// their intended send time, not of their completion, so a stall shows up as
+// latency in the windows whose queries it delayed.
+type Second struct {
+	// T is the window's start, in whole seconds since the run began.
+	T int `json:"t"`
+	// OfferedQPS is the number of queries scheduled in the window.
+	OfferedQPS float64 `json:"offered_qps"`
+	// CompletedQPS is the number of queries that completed during the window.
+	CompletedQPS float64 `json:"completed_qps"`
+	// InFlight is the number of queries sent and not yet answered at the
+	// window's end.
+	InFlight int64 `json:"in_flight"`
+	// Backlog is the number of queries due but not yet sent (waiting for a
+	// free session) at the window's end.
+	Backlog int64 `json:"backlog"`
+	// P50Ms, P99Ms and MaxMs are the latency of the window's queries.
+	P50Ms float64 `json:"p50_ms"`
+	P99Ms float64 `json:"p99_ms"`
+	MaxMs float64 `json:"max_ms"`
+
+	// ErrorsQPS is the number of queries that failed during the window.
+	ErrorsQPS float64 `json:"errors_qps,omitempty"`
+	// OldestQueuedMs is the age of the oldest query in the backlog at the
+	// window's end, in milliseconds (0 with an empty backlog).
+	OldestQueuedMs float64 `json:"oldest_queued_ms"`
+	// GeneratorLagMs is the generator's largest lag during the window.
+	GeneratorLagMs float64 `json:"generator_lag_ms,omitempty"`
+	// ClientCPUSeconds is the CPU the client spent during the window.
+	ClientCPUSeconds float64 `json:"client_cpu_seconds,omitempty"`
+	// ClientRSSBytes is the client's resident set size sampled at the
+	// window's end.
+	ClientRSSBytes int64 `json:"client_rss_bytes,omitempty"`
+	// ClientFDs is the client's open file descriptor count sampled at the
+	// window's end.
+	ClientFDs int `json:"client_fds,omitempty"`
+	// EmulatorCPUSeconds is the CPU the WAN emulator spent during the window.
+	EmulatorCPUSeconds float64 `json:"emulator_cpu_seconds,omitempty"`
+}
+
+// ErrInvalid is wrapped by every error Validate returns, so callers can tell
+// a report that breaks the contract from an I/O failure with errors.Is.
+var ErrInvalid = errors.New("invalid ramp report")
+
+// Validate checks the contract every report keeps: each run names a known
+// transport, has no negative count, and accounts for every query it
+// scheduled (scheduled = completed + errors + unfinished). It returns every
+// problem found, each wrapping ErrInvalid.
+func (r *Report) Validate() error {
+	var errs []error
+	for i := range r.Runs {
+		run := &r.Runs[i]
+		name := fmt.Sprintf("run %d (%s)", i, run.Transport)
+		switch run.Transport {
+		case TransportTCP, TransportQUIC:
+		default:
+			errs = append(errs, fmt.Errorf("%w: run %d: transport %q is neither %q nor %q",
+				ErrInvalid, i, run.Transport, TransportTCP, TransportQUIC))
+		}
+		if run.Scheduled < 0 || run.Completed < 0 || run.Errors < 0 || run.Unfinished < 0 {
+			errs = append(errs, fmt.Errorf("%w: %s: negative count (scheduled %d, completed %d, errors %d, unfinished %d)",
+				ErrInvalid, name, run.Scheduled, run.Completed, run.Errors, run.Unfinished))
+		}
+		if sum := run.Completed + run.Errors + run.Unfinished; sum != run.Scheduled {
+			errs = append(errs, fmt.Errorf("%w: %s: scheduled %d != completed %d + errors %d + unfinished %d (= %d)",
+				ErrInvalid, name, run.Scheduled, run.Completed, run.Errors, run.Unfinished, sum))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Run returns the first run of the given transport, or nil.
+func (r *Report) Run(transport string) *Run {
+	for i := range r.Runs {
+		if r.Runs[i].Transport == transport {
+			return &r.Runs[i]
+		}
+	}
+	return nil
+}
+
+// Sessions is the number of concurrent PostgreSQL sessions the run had:
+// connections times streams per connection (at least one per connection).
+func (r *Run) Sessions() int {
+	return r.Conns * max(r.StreamsPerConn, 1)
+}
+
+// MarshalIndent returns the report as indented JSON after validating it.
+func (r *Report) MarshalIndent() ([]byte, error) {
+	if err := r.Validate(); err != nil {
+		return nil, err
+	}
+	b, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		return nil, fmt.Errorf("encode ramp report: %w", err)
+	}
+	return append(b, '\n'), nil
+}
+
+// WriteJSON validates the report and writes it to path as indented JSON. It
+// writes a temporary file in the same directory and renames it, so a reader
+// never sees half a report.
+func (r *Report) WriteJSON(path string) error {
+	b, err := r.MarshalIndent()
+	if err != nil {
+		return err
+	}
+	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
+	if err != nil {
+		return fmt.Errorf("write ramp report: %w", err)
+	}
+	tmp := f.Name()
+	_, err = f.Write(b)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		// CreateTemp makes the file 0600; a report is meant to be shared.
+		err = os.Chmod(tmp, 0o644)
+	}
+	if err == nil {
+		err = os.Rename(tmp, path)
+	}
+	if err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("write ramp report %s: %w", path, err)
+	}
+	return nil
+}
+
+// ReadJSON reads a report written by WriteJSON (or by anything that follows
+// the contract) and validates it. Unknown fields are ignored, so reports
+// from newer versions still load.
+func ReadJSON(path string) (*Report, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("read ramp report: %w", err)
+	}
+	var r Report
+	if err := json.NewDecoder(bytes.NewReader(b)).Decode(&r); err != nil {
+		return nil, fmt.Errorf("decode ramp report %s: %w", path, err)
+	}
+	if err := r.Validate(); err != nil {
+		return nil, fmt.Errorf("ramp report %s: %w", path, err)
+	}
+	return &r, nil
+}
