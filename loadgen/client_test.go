@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -11,6 +12,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/pgquic/pgquic/loadgen/report"
 )
 
 // runShort runs a constant-rate schedule on c's sessions, checking the
@@ -60,6 +63,7 @@ func TestClientsThroughPooler(t *testing.T) {
 			if c.Reconnects() != 0 {
 				t.Errorf("%d reconnects", c.Reconnects())
 			}
+			checkReport(t, r, c)
 		})
 	}
 }
@@ -346,4 +350,33 @@ func freeAddr(t *testing.T, network string) string {
 	addr := ln.Addr().String()
 	_ = ln.Close()
 	return addr
+}
+
+// checkReport writes the run as ramp.json and reads it back.
+func checkReport(t *testing.T, r *Result, c *Clients) {
+	t.Helper()
+	cfg := c.Config()
+	rep := report.Report{
+		Scenario: report.Scenario{FromQPS: r.Schedule.From, ToQPS: r.Schedule.To, DurationS: r.Schedule.Duration.Seconds(), Query: cfg.Query, PoolSize: testPoolSize},
+		Runs:     []report.Run{r.ReportRun(c)},
+	}
+	path := filepath.Join(t.TempDir(), "ramp.json")
+	if err := rep.WriteJSON(path); err != nil {
+		t.Fatal(err)
+	}
+	back, err := report.ReadJSON(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	run := back.Runs[0]
+	if run.Transport != string(cfg.Transport) || run.Conns != cfg.Conns || run.StreamsPerConn != max(cfg.Streams, 1) || run.TLS != cfg.TLS() {
+		t.Errorf("run header %s %d x %d tls %v, want %s %d x %d tls %v", run.Transport, run.Conns, run.StreamsPerConn, run.TLS, cfg.Transport, cfg.Conns, cfg.Streams, cfg.TLS())
+	}
+	if run.Scheduled != int64(r.Scheduled) || run.Completed != int64(r.Completed) || run.Connect == nil || run.Connect.Sessions != c.Stats.Sessions {
+		t.Errorf("run counts %+v, connect %+v", run, run.Connect)
+	}
+	if len(run.Seconds) < 2 || run.Seconds[0].OfferedQPS != float64(r.Windows[0].Offered) || run.Seconds[1].T != 1 ||
+		run.LatencyMs.P50 <= 0 || run.LatencyMs.P50 != ms(r.Latency.P50) || run.Client.PeakRSSBytes <= 0 {
+		t.Errorf("report run: latency %+v client %+v seconds %+v", run.LatencyMs, run.Client, run.Seconds)
+	}
 }

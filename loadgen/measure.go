@@ -111,8 +111,8 @@ type ClientSummary struct {
 // Window is one second of a run: second K covers [K, K+1) s after Start.
 // Offered, Completed, Errors, Unfinished and the latency figures are keyed
 // by intended send time (a query scheduled in second K that completed three
-// seconds later counts in second K, with its whole latency); Throughput is
-// keyed by completion time; InFlight, Backlog, OldestQueued and the client
+// seconds later counts in second K, with its whole latency); Throughput and
+// Failures are keyed by completion time; InFlight, Backlog, OldestQueued and the client
 // figures are read at the end of the second.
 type Window struct {
 	// K is the window's index (seconds since Start).
@@ -122,8 +122,9 @@ type Window struct {
 	// Unfinished once the run is over.
 	Offered, Completed, Errors, Unfinished int
 	// Throughput counts queries that completed successfully during the
-	// second, whatever their intended time.
-	Throughput int
+	// second, whatever their intended time; Failures those that failed
+	// during it.
+	Throughput, Failures int
 	// InFlight and Backlog are the running and waiting queries at the end of
 	// the second; OldestQueued the age of the oldest waiting query.
 	InFlight, Backlog int
@@ -228,6 +229,7 @@ func (m *measurements) ended(q Query) {
 		m.liveErrs++
 		w.Errors++
 		m.errorKinds[errorKind(q.Err)]++
+		m.window(windowOf(q.Done)).Failures++
 		if m.firstErr == "" {
 			m.firstErr = q.Err.Error()
 		}
