@@ -370,9 +370,11 @@ func (c *Clients) QUICConns() int {
 	return c.liveQUIC()
 }
 
-// Close ends every session (a Terminate message, at most a second each, in
-// parallel) and, for QUIC, the connections. Call it only when no run is
-// using the sessions.
+// Close ends every session (a Terminate message, in parallel) and, for
+// QUIC, the connections. It also waits, at most two seconds, for the
+// clean-up pgconn runs in the background for sessions whose query was
+// canceled (a CancelRequest, then Terminate), so nothing of this client
+// outlives it. Call it only when no run is using the sessions.
 func (c *Clients) Close() error {
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, max(c.cfg.ConnectParallel, 1))
@@ -384,9 +386,13 @@ func (c *Clients) Close() error {
 		sem <- struct{}{}
 		go func() {
 			defer func() { <-sem; wg.Done() }()
-			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 			defer cancel()
 			_ = s.conn.Close(ctx)
+			select {
+			case <-s.conn.CleanupDone():
+			case <-ctx.Done():
+			}
 		}()
 	}
 	wg.Wait()
