@@ -33,6 +33,8 @@ const (
 	DefaultPoolSize             = 20
 	DefaultMinPool              = 2
 	DefaultMaxClientConn        = 10000
+	DefaultMaxStartingClients   = 2000
+	DefaultMaxStartingPerSource = 500
 	DefaultALPN                 = "pgquic/1"
 	DefaultQUICMaxStreams       = 1000
 	DefaultAuthMethod           = "trust"
@@ -89,6 +91,16 @@ type Config struct {
 	// MaxClientConn bounds concurrent client sessions across both fronts;
 	// beyond it clients get SQLSTATE 53300. Default: 10000.
 	MaxClientConn int `yaml:"max_client_conn"`
+
+	// MaxStartingClients bounds the client sessions, across both fronts,
+	// that have not finished authenticating; beyond it a new session gets
+	// SQLSTATE 53300 before anything is read from it. Default: 1000.
+	MaxStartingClients int `yaml:"max_starting_clients"`
+
+	// MaxStartingPerSource is MaxStartingClients for one client IP address.
+	// An edge sidecar is one source: raise it if the sidecar's bursts of
+	// logins are refused. Default: 100.
+	MaxStartingPerSource int `yaml:"max_starting_per_source"`
 
 	// TLSCert and TLSKey are PEM files of the server certificate and its
 	// key, used by the TCP front (after SSLRequest) and the QUIC front. Set
@@ -265,6 +277,8 @@ func (c *Config) ApplyDefaults() {
 	setIf(&c.Mode, "", DefaultMode)
 	setIf(&c.PoolSize, 0, DefaultPoolSize)
 	setIf(&c.MaxClientConn, 0, DefaultMaxClientConn)
+	setIf(&c.MaxStartingClients, 0, DefaultMaxStartingClients)
+	setIf(&c.MaxStartingPerSource, 0, DefaultMaxStartingPerSource)
 	setIf(&c.ALPN, "", DefaultALPN)
 	setIf(&c.QUICMaxStreams, 0, DefaultQUICMaxStreams)
 	setIf(&c.Auth.Method, "", DefaultAuthMethod)
@@ -332,6 +346,12 @@ func (c *Config) Validate() error {
 	}
 	if c.MaxClientConn < 1 {
 		bad("max_client_conn: %d must be at least 1", c.MaxClientConn)
+	}
+	if c.MaxStartingClients < 1 {
+		bad("max_starting_clients: %d must be at least 1", c.MaxStartingClients)
+	}
+	if c.MaxStartingPerSource < 1 {
+		bad("max_starting_per_source: %d must be at least 1", c.MaxStartingPerSource)
 	}
 	if (c.TLSCert == "") != (c.TLSKey == "") {
 		bad("tls_cert and tls_key: set both or neither")

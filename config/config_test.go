@@ -33,6 +33,8 @@ func TestGoodFiles(t *testing.T) {
 			PoolSize:             50,
 			MinPool:              5,
 			MaxClientConn:        2000,
+			MaxStartingClients:   500,
+			MaxStartingPerSource: 50,
 			TLSCert:              "/etc/pgquic/server.crt",
 			TLSKey:               "/etc/pgquic/server.key",
 			RequireTLS:           true,
@@ -112,6 +114,7 @@ func TestBadFiles(t *testing.T) {
 			`log_format: "xml"`,
 			"max_message_bytes: 100 is below the minimum",
 			"quic_max_streams: -1 must be at least 1",
+			"max_starting_per_source: -1 must be at least 1",
 		},
 	}
 	files, err := filepath.Glob("testdata/*.bad.yml")

@@ -96,6 +96,21 @@ type Config struct {
 	// ServerVersion, when set, is reported to clients in place of the
 	// server's own server_version parameter. Default: the server's value.
 	ServerVersion string
+
+	// MaxStartingClients bounds the sessions, across all fronts, that have
+	// not finished authenticating: a session counts from its first read
+	// until its client has authenticated, or until it ends. A session beyond
+	// the bound is refused at once with SQLSTATE 53300, before anything is
+	// read from it, so clients that connect and stall cannot pile up.
+	// Default: 2000.
+	MaxStartingClients int
+
+	// MaxStartingPerSource is MaxStartingClients for one source: the
+	// client's IP address (Peer.Addr), so one host cannot take every
+	// startup slot; sessions whose Peer.Addr is nil count as one source.
+	// An edge sidecar that opens many sessions at once is one source: raise
+	// this bound if its bursts of logins are refused. Default: 500.
+	MaxStartingPerSource int
 }
 
 // Validate checks the configuration and fills in defaults.
@@ -143,6 +158,15 @@ func (c *Config) Validate() error {
 	}
 	if c.ResetQuery == "" {
 		c.ResetQuery = "DISCARD ALL"
+	}
+	if c.MaxStartingClients < 0 || c.MaxStartingPerSource < 0 {
+		return errors.New("pooler: limits must not be negative")
+	}
+	if c.MaxStartingClients == 0 {
+		c.MaxStartingClients = 2000
+	}
+	if c.MaxStartingPerSource == 0 {
+		c.MaxStartingPerSource = 500
 	}
 	return nil
 }

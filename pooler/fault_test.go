@@ -258,8 +258,10 @@ func TestMessageLimitMidTransaction(t *testing.T) {
 
 // TestStartupTimeout opens 300 connections that never send a startup
 // packet: the pooler closes them after StartupTimeout and keeps no goroutine.
+// (They all come from one address, so the per-source startup limit is raised
+// above 300; TestPreauthStartingLimits covers that limit.)
 func TestStartupTimeout(t *testing.T) {
-	h := newHarness(t, harnessOpts{cluster: sharedCluster(t), poolSize: 2, cfg: pooler.Config{StartupTimeout: 2 * time.Second}})
+	h := newHarness(t, harnessOpts{cluster: sharedCluster(t), poolSize: 2, cfg: pooler.Config{StartupTimeout: 2 * time.Second, MaxStartingPerSource: 1000}})
 	ctx := testCtx(t, time.Minute)
 	h.checkServing(ctx, t)
 	h.waitSessions(t, 0)

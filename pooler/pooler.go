@@ -46,6 +46,8 @@ type Pooler struct {
 	nextID atomic.Uint64
 	wg     sync.WaitGroup
 
+	starting startingLimiter // sessions not yet authenticated (startup.go)
+
 	paramsMu sync.Mutex
 	params   map[*backend.Pool]map[string]string // server parameters per pool, learnt from its first connection
 }

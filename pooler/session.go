@@ -47,7 +47,7 @@ type session struct {
 	id     uint64 // unique for the pooler's lifetime, unlike pid
 
 	// Owner-only state.
-	rwc      io.ReadWriteCloser
+	rwc      io.ReadWriteCloser // written with mu and cwMu held (setStream); read under either, or by the owner
 	cr       *wire.Reader
 	secure   bool
 	counted  bool
@@ -64,6 +64,7 @@ type session struct {
 	wlocked  bool              // owner holds wmu
 	wconn    *backend.Conn     // connection whose writer the owner must flush
 	scratch  []byte
+	authMax  int         // bound on the client's next authentication message, set by Send
 	out      []byte      // frames for the server staged while s.mu was held (see sendOut)
 	outAtt   *attachment // where they go
 	outFwd   bool        // then forward the current client message raw
@@ -96,7 +97,10 @@ func newSession(p *Pooler, rwc io.ReadWriteCloser, peer Peer) *session {
 		id:   p.nextID.Add(1),
 		peer: peer,
 		rwc:  rwc,
-		cr:   wire.NewReader(rwc, clientReadBuf, p.cfg.MaxMessageLen),
+		// Until the client has authenticated it may send nothing larger
+		// than an authentication message; login raises the limit to
+		// MaxMessageLen.
+		cr: wire.NewReader(rwc, clientReadBuf, min(maxPasswordPacketLen-4, p.cfg.MaxMessageLen)),
 	}
 	s.cwFn = s.clientWriter
 	s.log = p.log.With("transport", peer.Transport)
@@ -106,15 +110,24 @@ func newSession(p *Pooler, rwc io.ReadWriteCloser, peer Peer) *session {
 	return s
 }
 
-// setStream swaps the client stream after a TLS upgrade.
+// setStream swaps the client stream after a TLS upgrade. The startup timer
+// may close the stream from its own goroutine at any moment (closeClient), so
+// rwc changes only under s.mu; if the session was closed meanwhile, the new
+// stream is closed too.
 func (s *session) setStream(rwc io.ReadWriteCloser) {
-	s.rwc = rwc
-	s.cr.Reset(rwc)
+	s.mu.Lock()
 	s.cwMu.Lock()
+	s.rwc = rwc
 	if s.cw != nil {
 		s.cw.Reset(rwc)
 	}
 	s.cwMu.Unlock()
+	closed := s.closing
+	s.mu.Unlock()
+	s.cr.Reset(rwc)
+	if closed {
+		_ = rwc.Close()
+	}
 }
 
 // run executes the session: startup with its timeout, then the message loop.
@@ -516,6 +529,7 @@ func (s *session) writeServer(a *attachment, frame []byte) error {
 // pipeline. For the same reason a write that reaches the socket while
 // replies are due first makes sure a relay goroutine is reading them.
 func (s *session) sendOut() error {
+	s.trimScratch()
 	a := s.outAtt
 	if a == nil {
 		return nil
@@ -549,7 +563,7 @@ func (s *session) sendOut() error {
 		if _, werr := conn.W.Write(s.out); werr != nil {
 			err = &wire.WriteError{Err: werr}
 		}
-		if cap(s.out) > 64<<10 {
+		if cap(s.out) > maxKeptBuf {
 			s.out = nil // do not pin a large buffer after a big message
 		} else {
 			s.out = s.out[:0]
@@ -567,6 +581,20 @@ func (s *session) sendOut() error {
 func (s *session) dropOut() {
 	s.outAtt, s.outFwd = nil, false
 	s.out = s.out[:0]
+	s.trimScratch()
+}
+
+// maxKeptBuf bounds the staging buffers (out, scratch) a session keeps
+// between messages: one grown for a single large message is dropped rather
+// than held for the rest of the session.
+const maxKeptBuf = 64 << 10
+
+// trimScratch drops the scratch buffer if a large message grew it. Frames
+// built in it have been copied to s.out by then (writeServer).
+func (s *session) trimScratch() {
+	if cap(s.scratch) > maxKeptBuf {
+		s.scratch = nil
+	}
 }
 
 // serverWriteFailed handles a failed write to the attached server: the
@@ -660,19 +688,43 @@ func (s *session) send(msgs ...pgproto3.BackendMessage) error {
 		}
 	}
 	s.scratch = buf[:0]
-	return s.writeRaw(buf)
+	err := s.writeRaw(buf)
+	s.trimScratch()
+	return err
 }
 
-// Send implements AuthExchange.
-func (s *session) Send(msgs ...pgproto3.BackendMessage) error { return s.send(msgs...) }
+// Send implements AuthExchange. It notes which kind of message the request
+// asks for, so ReceivePassword applies PostgreSQL's bound for that kind.
+func (s *session) Send(msgs ...pgproto3.BackendMessage) error {
+	for _, m := range msgs {
+		switch m.(type) {
+		case *pgproto3.AuthenticationSASL, *pgproto3.AuthenticationSASLContinue:
+			s.authMax = maxSASLMessageLen
+		case *pgproto3.AuthenticationCleartextPassword, *pgproto3.AuthenticationMD5Password:
+			s.authMax = maxPasswordPacketLen
+		}
+	}
+	return s.send(msgs...)
+}
 
-// ReceivePassword implements AuthExchange.
+// ReceivePassword implements AuthExchange. The message is bounded as
+// PostgreSQL bounds it (see maxSASLMessageLen): a longer one ends the
+// session with 08P01 before any of its body is read.
 func (s *session) ReceivePassword(ctx context.Context) ([]byte, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
+	limit := s.authMax
+	if limit == 0 {
+		limit = maxPasswordPacketLen
+	}
+	old := s.cr.SetMaxLen(min(limit-4, s.p.cfg.MaxMessageLen)) // PostgreSQL's limits count the length word
 	typ, _, err := s.cr.Next()
+	s.cr.SetMaxLen(old)
 	if err != nil {
+		if errors.Is(err, wire.ErrBadLength) || errors.Is(err, wire.ErrMessageTooLarge) {
+			return nil, fatal(codeProtocolViolation, "invalid message length", err)
+		}
 		return nil, err
 	}
 	if typ != 'p' {
@@ -771,13 +823,16 @@ func (s *session) kill() {
 	s.closeClient()
 }
 
+// closeClient closes the client stream once. It may run on any goroutine
+// (the startup timer, a shutdown), hence rwc is read under s.mu.
 func (s *session) closeClient() {
 	s.mu.Lock()
 	already := s.closing
 	s.closing = true
+	rwc := s.rwc
 	s.mu.Unlock()
 	if !already {
-		_ = s.rwc.Close()
+		_ = rwc.Close()
 	}
 }
 

@@ -6,7 +6,10 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"net"
+	"net/netip"
 	"strings"
+	"sync"
 
 	"github.com/jackc/pgx/v5/pgproto3"
 
@@ -22,8 +25,111 @@ const (
 	protocolMajor3    = 3
 )
 
+// Bounds on a client's authentication messages, PostgreSQL's own, counting
+// the 4-byte length word as pq_getmessage does. A password packet (cleartext
+// or md5) is read with PG_MAX_AUTH_TOKEN_LENGTH, 65535 bytes
+// (recv_password_packet in src/backend/libpq/auth.c; older releases read it
+// with a limit of 1000); a SASLInitialResponse or SASLResponse with
+// PG_MAX_SASL_MESSAGE_LENGTH, 1024 bytes (CheckSASLAuth in
+// src/backend/libpq/auth-sasl.c). Until a client has authenticated nothing
+// larger is read from it; MaxMessageLen applies only afterwards.
+const (
+	maxPasswordPacketLen = 65535
+	maxSASLMessageLen    = 1024
+)
+
 // errCancelHandled ends a session that only carried a CancelRequest.
 var errCancelHandled = errors.New("cancel request handled")
+
+// errTooManyStarting is the cause of a session refused because too many
+// sessions (in all, or from its source) were still authenticating.
+var errTooManyStarting = errors.New("too many sessions still authenticating")
+
+// startingLimiter counts the sessions that have not finished authenticating,
+// in all and per source, for MaxStartingClients and MaxStartingPerSource.
+// Its zero value is ready to use.
+type startingLimiter struct {
+	mu       sync.Mutex
+	total    int
+	bySource map[string]int
+}
+
+// acquire takes a slot for a session from src. When a limit is reached it
+// returns false and the message to refuse the session with.
+func (l *startingLimiter) acquire(src string, maxTotal, maxPerSource int) (refusal string, ok bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	switch {
+	case l.bySource[src] >= maxPerSource:
+		return fmt.Sprintf("too many connections still authenticating from %s", src), false
+	case l.total >= maxTotal:
+		return "too many connections still authenticating", false
+	}
+	if l.bySource == nil {
+		l.bySource = make(map[string]int)
+	}
+	l.total++
+	l.bySource[src]++
+	return "", true
+}
+
+// release returns a slot taken by acquire.
+func (l *startingLimiter) release(src string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.total--
+	if l.bySource[src]--; l.bySource[src] <= 0 {
+		delete(l.bySource, src) // the map holds only sources with sessions starting
+	}
+}
+
+// count returns the sessions holding a slot.
+func (l *startingLimiter) count() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.total
+}
+
+// StartingSessions reports how many sessions have begun but not finished
+// authenticating, the number MaxStartingClients bounds. Fronts and tests use
+// it to see unauthenticated load.
+func (p *Pooler) StartingSessions() int { return p.starting.count() }
+
+// sourceOf names the source a session counts against for
+// MaxStartingPerSource: the client's IP address (IPv4-mapped IPv6 addresses
+// as IPv4), or, for a peer without one, its network and address; a nil
+// address is the source "unknown".
+func sourceOf(a net.Addr) string {
+	var ip net.IP
+	switch v := a.(type) {
+	case nil:
+		return "unknown"
+	case *net.TCPAddr:
+		if v == nil {
+			return "unknown"
+		}
+		ip = v.IP
+	case *net.UDPAddr:
+		if v == nil {
+			return "unknown"
+		}
+		ip = v.IP
+	case *net.IPAddr:
+		if v == nil {
+			return "unknown"
+		}
+		ip = v.IP
+	default:
+		if ap, err := netip.ParseAddrPort(a.String()); err == nil {
+			return ap.Addr().Unmap().String()
+		}
+		return a.Network() + ":" + a.String()
+	}
+	if addr, ok := netip.AddrFromSlice(ip); ok {
+		return addr.Unmap().String()
+	}
+	return "unknown"
+}
 
 // startupParams is what a StartupMessage asked for.
 type startupParams struct {
@@ -37,12 +143,30 @@ type startupParams struct {
 
 // startup runs the startup phase up to and including ReadyForQuery, or
 // returns the error that ended it (already reported to the client).
+//
+// From its first read until the client has authenticated, the session holds
+// a slot of MaxStartingClients and MaxStartingPerSource. Without one it is
+// refused at once, before anything is read, so clients that connect and
+// stay silent cannot pile up beyond those limits.
 func (s *session) startup(ctx context.Context) error {
+	src := sourceOf(s.peer.Addr)
+	if msg, ok := s.p.starting.acquire(src, s.p.cfg.MaxStartingClients, s.p.cfg.MaxStartingPerSource); !ok {
+		s.log.Info("refusing a session: too many still authenticating", "source", src)
+		return s.fail(fatal(codeTooManyConnections, msg, errTooManyStarting))
+	}
+	held := true
+	authenticated := func() {
+		if held {
+			held = false
+			s.p.starting.release(src)
+		}
+	}
+	defer authenticated()
 	sp, err := s.readStartup(ctx)
 	if err != nil {
 		return err
 	}
-	return s.login(ctx, sp)
+	return s.login(ctx, sp, authenticated)
 }
 
 func (s *session) readStartup(ctx context.Context) (*startupParams, error) {
@@ -207,7 +331,8 @@ func parseOptions(opts string, into map[string]string) *PGError {
 
 // login authenticates the client, finds its pool and sends the greeting:
 // AuthenticationOk, ParameterStatus, BackendKeyData and ReadyForQuery.
-func (s *session) login(ctx context.Context, sp *startupParams) error {
+// authenticated is called once the client has proved its identity.
+func (s *session) login(ctx context.Context, sp *startupParams, authenticated func()) error {
 	p := s.p
 	if s.peer.RequireTLS && !s.secure {
 		return s.fail(fatal(codeInvalidAuthSpec, "TLS is required: connect with sslmode=require", nil))
@@ -248,6 +373,8 @@ func (s *session) login(ctx context.Context, sp *startupParams) error {
 			return s.fail(fatal(codeProtocolViolation, "authentication exchange failed", err))
 		}
 	}
+	authenticated()
+	s.cr.SetMaxLen(p.cfg.MaxMessageLen)
 
 	pool, err := p.pools.Pool(ctx, sp.db, sp.user)
 	if err != nil {

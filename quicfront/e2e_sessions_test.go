@@ -18,21 +18,25 @@ import (
 // 40 per QUIC connection, against a pool of at most 20 server connections.
 // Every session logs in before any starts working, so all of them are open
 // streams at the same time: 2,000 sessions over 50 connections (about 15s
-// on two cores); with -short, 1,000 over 25.
+// on two cores); with -short, 1,000 over 25; under the race detector, 400
+// over 10 (the full size runs without it).
 func TestE2EManySessions(t *testing.T) {
 	conns, n := 50, 2000
-	if testing.Short() {
+	switch {
+	case raceEnabled:
+		conns, n = 10, 400
+	case testing.Short():
 		conns, n = 25, 1000
 	}
 	runManySessions(t, conns, 40, n)
 }
 
 // TestE2EWideConns is acceptance point 2: the same checks with 150 sessions
-// per QUIC connection: 1,500 sessions over 10 connections; with -short, 600
-// over 4.
+// per QUIC connection: 1,500 sessions over 10 connections; with -short or
+// under the race detector, 600 over 4.
 func TestE2EWideConns(t *testing.T) {
 	conns, n := 10, 1500
-	if testing.Short() {
+	if testing.Short() || raceEnabled {
 		conns, n = 4, 600
 	}
 	runManySessions(t, conns, 150, n)

@@ -26,6 +26,7 @@ type command struct {
 var commands = []command{
 	{"serve", "run the pooler (TCP and QUIC fronts)", runServe},
 	{"edge", "local TCP listener that carries each client connection as a QUIC stream to a pooler", runEdge},
+	{"ceiling", "the model's throughput ceiling of N connections across a round trip (TCP, TLS, QUIC)", runCeiling},
 }
 
 func main() {

@@ -20,6 +20,14 @@ type Options = pgcluster.Options
 // User is a login role created at start; see pgcluster.User.
 type User = pgcluster.User
 
+// Authentication methods for Options.Auth; see pgcluster.
+const (
+	AuthTrust    = pgcluster.AuthTrust
+	AuthSCRAM    = pgcluster.AuthSCRAM
+	AuthMD5      = pgcluster.AuthMD5
+	AuthPassword = pgcluster.AuthPassword
+)
+
 // ErrNoBinaries reports that initdb and postgres were not found.
 var ErrNoBinaries = pgcluster.ErrNoBinaries
 

@@ -100,6 +100,10 @@ func (r *Reader) Next() (typ byte, bodyLen int, err error) {
 // Body returns the body of the message announced by Next. The slice aliases
 // the read buffer (or a scratch buffer for large messages) and is valid only
 // until the next call on the Reader; copy what must be kept.
+//
+// A body larger than the read buffer is collected in a scratch buffer that
+// grows as its bytes arrive (see readBody), so a peer that announces a huge
+// length and then sends little costs little.
 func (r *Reader) Body() ([]byte, error) {
 	if !r.pending {
 		return nil, errors.New("wire: Body without Next")
@@ -117,17 +121,62 @@ func (r *Reader) Body() ([]byte, error) {
 	if _, err := r.br.Discard(HeaderLen); err != nil {
 		return nil, noEOF(err)
 	}
-	if cap(r.scratch) < r.bodyLen {
-		r.scratch = make([]byte, r.bodyLen)
-	}
-	buf := r.scratch[:r.bodyLen]
-	if _, err := io.ReadFull(r.br, buf); err != nil {
-		return nil, noEOF(err)
-	}
-	if cap(r.scratch) > 1<<20 {
+	buf, err := r.readBody(r.bodyLen)
+	if cap(r.scratch) > maxKeptScratch {
 		r.scratch = nil // do not pin a huge buffer after a one-off large message
 	}
+	return buf, err
+}
+
+// Growth of the scratch buffer for bodies that do not fit the read buffer:
+// it starts at firstChunk bytes and doubles each time it fills, so memory
+// follows the bytes actually received, never the length a peer announced.
+// A scratch buffer above maxKeptScratch is dropped after use.
+const (
+	firstChunk     = 16 << 10
+	maxKeptScratch = 1 << 20
+)
+
+// readBody reads n bytes into the scratch buffer and returns them. Capacity
+// already held is used as is; beyond it the buffer grows geometrically, each
+// step allocated only once the previous one is full. Total allocation is thus
+// at most about twice the bytes received plus firstChunk, whatever n claims.
+func (r *Reader) readBody(n int) ([]byte, error) {
+	if cap(r.scratch) >= n {
+		buf := r.scratch[:n]
+		if _, err := io.ReadFull(r.br, buf); err != nil {
+			return nil, noEOF(err)
+		}
+		return buf, nil
+	}
+	buf := r.scratch[:0]
+	for len(buf) < n {
+		if len(buf) == cap(buf) {
+			grown := make([]byte, len(buf), min(n, max(2*cap(buf), firstChunk)))
+			copy(grown, buf)
+			buf = grown
+			r.scratch = buf
+		}
+		m, err := io.ReadFull(r.br, buf[len(buf):cap(buf)])
+		buf = buf[:len(buf)+m]
+		if err != nil {
+			return nil, noEOF(err)
+		}
+	}
 	return buf, nil
+}
+
+// SetMaxLen changes the largest body length Next accepts and returns the
+// previous limit, so an owner can apply a tighter bound for a phase of the
+// protocol (authentication messages, for instance) and restore the old one
+// afterwards. n <= 0 means DefaultMaxMessageLen. A header already returned
+// by Next is not checked again.
+func (r *Reader) SetMaxLen(n int) (old int) {
+	if n <= 0 {
+		n = DefaultMaxMessageLen
+	}
+	old, r.max = r.max, n
+	return old
 }
 
 // Forward copies the whole frame announced by Next (header and body) to w
@@ -217,14 +266,7 @@ func (r *Reader) ReadStartup() ([]byte, error) {
 	if _, err := r.br.Discard(4); err != nil {
 		return nil, noEOF(err)
 	}
-	if cap(r.scratch) < n-4 {
-		r.scratch = make([]byte, n-4)
-	}
-	buf := r.scratch[:n-4]
-	if _, err := io.ReadFull(r.br, buf); err != nil {
-		return nil, noEOF(err)
-	}
-	return buf, nil
+	return r.readBody(n - 4)
 }
 
 func noEOF(err error) error {
