@@ -127,13 +127,13 @@ func TestStallNoCoordinatedOmission(t *testing.T) {
 		}
 	}
 	// Exactly the queries the schedule put in the stall, counted by
-	// intended time, none omitted; besides them only the one or two in
-	// flight as it began were held up.
+	// intended time, none omitted; besides them only those in flight as
+	// it began were held up.
 	if want := s.Integral(to) - s.Integral(from); float64(inStall) < want-1 || float64(inStall) > want+1 {
 		t.Errorf("%d queries intended during the %v stall, the schedule says %.1f", inStall, to-from, want)
 	}
-	if before > 3 {
-		t.Errorf("%d queries scheduled before the stall completed after it; only those in flight (one or two at %d q/s) should", before, rate)
+	if before > len(c.Workers()) {
+		t.Errorf("%d queries scheduled before the stall completed after it; only those in flight (at most one per session, usually one or two at %d q/s) should", before, rate)
 	}
 	if first == nil || first.Latency() < to-from-20*time.Millisecond {
 		t.Fatalf("first query of the stall: %+v, want a latency of about %v", first, to-from)

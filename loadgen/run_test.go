@@ -186,7 +186,9 @@ func TestRunConstantCompletes(t *testing.T) {
 	if r.Latency.Max < r.Latency.P99 || r.Latency.P99 < r.Latency.P90 || r.Latency.P90 < r.Latency.P50 || r.Latency.Mean <= 0 {
 		t.Errorf("latency summary out of order: %+v", r.Latency)
 	}
-	if len(progress) < 1 || progress[0].Offered < 390 || progress[0].Offered > 410 || progress[0].Scheduled != progress[0].Offered {
+	// The first report comes when the sampler's first tick is handled,
+	// which a busy machine may delay a little.
+	if len(progress) < 1 || progress[0].Offered < 360 || progress[0].Offered > 440 || progress[0].Scheduled != progress[0].Offered {
 		t.Errorf("progress after the first second: %+v", progress)
 	}
 	if r.Client.PeakRSS <= 0 || r.Client.PeakFDs <= 0 || !r.Windows[0].Sampled || r.Windows[0].RSS <= 0 {
@@ -272,8 +274,8 @@ func TestRunGraceExpires(t *testing.T) {
 		t.Fatalf("grace expired %v scheduled %d unfinished %d completed %d errors %d, want all 50 unfinished",
 			r.GraceExpired, r.Scheduled, r.Unfinished, r.Completed, r.Errors)
 	}
-	if r.Windows[0].Backlog != 0 && r.Windows[len(r.Windows)-1].Backlog != 47 {
-		t.Errorf("final backlog %d, want 47 (3 queries in flight)", r.Windows[len(r.Windows)-1].Backlog)
+	if last := r.Windows[len(r.Windows)-1]; last.Backlog != 47 || last.InFlight != 3 || last.OldestQueued < 600*time.Millisecond {
+		t.Errorf("at the end: backlog %d in flight %d oldest %v, want 47, 3 and the age of query 0 (>= 700ms)", last.Backlog, last.InFlight, last.OldestQueued)
 	}
 }
 
@@ -345,7 +347,8 @@ func TestRunKnee(t *testing.T) {
 	}
 	slices.Sort(sat)
 	capacity := float64(sat[len(sat)/2])
-	if r.KneeQPS < 0.85*capacity || r.KneeQPS > 1.1*capacity || r.KeptUp {
+	// Windows are 75 q/s apart, and a busy machine delays some releases.
+	if r.KneeQPS < 0.75*capacity || r.KneeQPS > 1.15*capacity || r.KeptUp {
 		for _, w := range r.Windows {
 			t.Logf("%+v", w)
 		}
