@@ -154,8 +154,33 @@ type Run struct {
 	// offered rate to be in doubt; the summary says so too.
 	GeneratorFellBehind bool `json:"generator_fell_behind"`
 
+	// Connect describes how the sessions were opened before the ramp began
+	// (connection set-up is never counted in the ramp); nil when unknown.
+	Connect *Connect `json:"connect,omitempty"`
+	// Reconnects counts sessions re-opened during the run after their
+	// connection broke.
+	Reconnects int64 `json:"reconnects,omitempty"`
+	// ErrorKinds counts failed queries by kind: "SQLSTATE xxxxx" for an
+	// error from the server, "connection", "timeout" or "other", so a run
+	// full of errors says what they were.
+	ErrorKinds map[string]int64 `json:"error_kinds,omitempty"`
 	// Seconds holds one entry per one-second window of intended send time.
 	Seconds []Second `json:"seconds"`
+}
+
+// Connect is the set-up of a run's sessions, done before its ramp.
+type Connect struct {
+	// Sessions is the number of PostgreSQL sessions opened.
+	Sessions int `json:"sessions"`
+	// TotalMs is the wall time to open them all, in milliseconds.
+	TotalMs float64 `json:"total_ms"`
+	// P50Ms and MaxMs are per-session connect times (dial, TLS or QUIC
+	// handshake, startup and authentication), in milliseconds.
+	P50Ms float64 `json:"p50_ms"`
+	MaxMs float64 `json:"max_ms"`
+	// QUICConns is the number of live QUIC connections after connecting
+	// (QUIC only).
+	QUICConns int `json:"quic_conns,omitempty"`
 }
 
 // Latency is a latency summary in milliseconds.

@@ -1,0 +1,11 @@
+package loadgen
+
+import (
+	"testing"
+
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(stopSharedAfter{m})
+}

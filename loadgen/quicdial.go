@@ -1,0 +1,47 @@
+package loadgen
+
+// The only file that knows which package provides the QUIC client: when the
+// Dialer moves to its own client package, only the import below changes.
+
+import (
+	"crypto/tls"
+	"log/slog"
+	"net"
+
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/pgquic/pgquic/quicfront"
+)
+
+// newQUICDial returns a pgconn DialFunc whose every call opens a stream on
+// one of cfg.Conns QUIC connections (at most cfg.Streams per connection
+// while others have room), a function counting live connections, and the
+// Dialer's Close.
+func newQUICDial(cfg ClientConfig, logger *slog.Logger) (pgconn.DialFunc, func() int, func() error, error) {
+	dc := quicfront.DialerConfig{
+		Addr:              cfg.dialAddr(),
+		Conns:             cfg.Conns,
+		MaxStreamsPerConn: cfg.Streams,
+		CAFile:            cfg.CAFile,
+		PinSHA256:         cfg.PinSHA256,
+		Insecure:          cfg.Insecure,
+		TLSConfig:         cfg.TLSConfig,
+	}
+	if cfg.Relay != "" {
+		// Verify the target's name, not the relay's.
+		host, _, _ := net.SplitHostPort(cfg.Addr)
+		tc := &tls.Config{}
+		if cfg.TLSConfig != nil {
+			tc = cfg.TLSConfig.Clone()
+		}
+		if tc.ServerName == "" {
+			tc.ServerName = host
+		}
+		dc.TLSConfig = tc
+	}
+	d, err := quicfront.NewDialer(dc, logger)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	return d.DialFunc(), func() int { return d.Stats().Conns }, d.Close, nil
+}
