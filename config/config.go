@@ -30,6 +30,8 @@ const (
 	DefaultQUICListen           = "127.0.0.1:6432"
 	DefaultMetricsListen        = "127.0.0.1:9187"
 	DefaultMode                 = "transaction"
+	DefaultRoleChanges          = "refuse"
+	DefaultClientStatementBytes = 16 << 20
 	DefaultPoolSize             = 20
 	DefaultMinPool              = 2
 	DefaultMaxPools             = 100
@@ -80,6 +82,17 @@ type Config struct {
 	// Mode is the pooling mode, "transaction" or "session".
 	// Default: "transaction".
 	Mode string `yaml:"mode"`
+
+	// RoleChanges says what transaction mode does with SET ROLE, SET
+	// SESSION AUTHORIZATION, their RESETs and SET SESSION CHARACTERISTICS
+	// outside a transaction block: "refuse" (SQLSTATE 0A000) or "pin" (the
+	// client keeps its server connection until it disconnects).
+	// Default: "refuse".
+	RoleChanges string `yaml:"role_changes"`
+
+	// ClientStatementBytes bounds the bytes of named prepared statements
+	// one client may hold in transaction mode. Default: 16 MiB.
+	ClientStatementBytes int `yaml:"client_statement_bytes"`
 
 	// PoolSize bounds the server connections of each pool (one pool per
 	// database and user). Default: 20.
@@ -329,6 +342,8 @@ func Parse(b []byte) (*Config, error) {
 // alone is valid.
 func (c *Config) ApplyDefaults() {
 	setIf(&c.Mode, "", DefaultMode)
+	setIf(&c.RoleChanges, "", DefaultRoleChanges)
+	setIf(&c.ClientStatementBytes, 0, DefaultClientStatementBytes)
 	setIf(&c.PoolSize, 0, DefaultPoolSize)
 	if !c.Explicit.MinPool && c.PoolSize > 0 && c.MinPool > c.PoolSize {
 		c.MinPool = c.PoolSize
@@ -394,6 +409,12 @@ func (c *Config) Validate() error {
 	}
 	if c.Mode != "transaction" && c.Mode != "session" {
 		bad("mode: %q is not transaction or session", c.Mode)
+	}
+	if c.RoleChanges != "refuse" && c.RoleChanges != "pin" {
+		bad("role_changes: %q is not refuse or pin", c.RoleChanges)
+	}
+	if c.ClientStatementBytes < 1 {
+		bad("client_statement_bytes: %d must be at least 1", c.ClientStatementBytes)
 	}
 	if c.PoolSize < 1 {
 		bad("pool_size: %d must be at least 1", c.PoolSize)

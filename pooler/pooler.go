@@ -54,7 +54,7 @@ type Pooler struct {
 	starting startingLimiter // sessions not yet authenticated (startup.go)
 
 	paramsMu sync.Mutex
-	params   map[*backend.Pool]map[string]string // server parameters per pool, learnt from its first connection
+	params   map[paramsKey]map[string]string // server parameters per server database and user, learnt from a first connection
 }
 
 // New builds a Pooler. pools resolves a client's database and user to a
@@ -80,7 +80,7 @@ func New(cfg Config, pools PoolSource, logger *slog.Logger, reg prometheus.Regis
 		log:      logger,
 		m:        m,
 		sessions: make(map[uint32]*session),
-		params:   make(map[*backend.Pool]map[string]string),
+		params:   make(map[paramsKey]map[string]string),
 	}
 	p.epoch.Store(1) // a session's stuck mark of 0 means "not waiting"
 	return p, nil
@@ -239,18 +239,27 @@ func (p *Pooler) cancel(ctx context.Context, pid uint32, key []byte) {
 func (p *Pooler) serverParams(pool *backend.Pool) map[string]string {
 	p.paramsMu.Lock()
 	defer p.paramsMu.Unlock()
-	return p.params[pool]
+	return p.params[paramsKeyOf(pool)]
+}
+
+// paramsKey names the server database and user whose parameters are
+// learnt. It is not the pool itself: pools come and go (idle wildcard pools
+// are retired), and a map keyed by them would keep each one alive.
+type paramsKey struct{ database, user string }
+
+func paramsKeyOf(pool *backend.Pool) paramsKey {
+	return paramsKey{pool.Database(), pool.User()}
 }
 
 func (p *Pooler) learnParams(pool *backend.Pool, conn *backend.Conn) {
 	p.paramsMu.Lock()
 	defer p.paramsMu.Unlock()
-	if p.params[pool] != nil {
+	if p.params[paramsKeyOf(pool)] != nil {
 		return
 	}
 	m := make(map[string]string, len(conn.Params))
 	for k, v := range conn.Params {
 		m[k] = v
 	}
-	p.params[pool] = m
+	p.params[paramsKeyOf(pool)] = m
 }

@@ -407,6 +407,11 @@ func (s *session) acquireConn(ctx context.Context) (*backend.Conn, error) {
 			// many connections...): pass its own error on.
 			return nil, &PGError{Severity: "ERROR", Code: se.Code, Message: se.Message, Detail: se.Detail, Hint: se.Hint, Err: err}
 		}
+		if errors.Is(err, backend.ErrTooManyPools) {
+			// The session's pool was retired while it idled and no new
+			// one may be opened now.
+			return nil, pgerr(codeTooManyConnections, fmt.Sprintf("sorry, too many pools already: no pool for database %q user %q (max_pools)", s.database, s.user), err)
+		}
 		return nil, pgerr(codeConnectionFailure, "could not connect to the server", err)
 	}
 	return conn, nil

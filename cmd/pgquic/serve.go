@@ -75,6 +75,7 @@ func parseServeFlags(args []string, stdout, stderr io.Writer) (*config.Config, e
 		maxPools    = fs.Int("max-pools", config.DefaultMaxPools, "pools the --backend route may hold at once (one per database and user clients name); beyond it clients get SQLSTATE 53300")
 		poolIdle    = fs.Duration("pool-idle-timeout", config.DefaultPoolIdleTimeout, "close a --backend route's pool after this long unused")
 		mode        = fs.String("mode", config.DefaultMode, "pooling `mode`: transaction or session")
+		roleChanges = fs.String("role-changes", config.DefaultRoleChanges, "transaction mode, SET ROLE/SESSION AUTHORIZATION outside a transaction block: `refuse` (0A000) or pin (keep the server connection)")
 		tlsCert     = fs.String("tls-cert", "", "PEM certificate `file` for TCP TLS and QUIC; default: QUIC uses a generated self-signed certificate and TCP has no TLS")
 		tlsKey      = fs.String("tls-key", "", "PEM private key `file` matching --tls-cert")
 		requireTLS  = fs.Bool("require-tls", false, "refuse TCP clients that do not use TLS (needs --tls-cert)")
@@ -124,6 +125,8 @@ func parseServeFlags(args []string, stdout, stderr io.Writer) (*config.Config, e
 			cfg.PoolIdleTimeout = *poolIdle
 		case "mode":
 			cfg.Mode = *mode
+		case "role-changes":
+			cfg.RoleChanges = *roleChanges
 		case "tls-cert":
 			cfg.TLSCert = *tlsCert
 		case "tls-key":

@@ -99,6 +99,8 @@ func startServer(ctx context.Context, cfg *config.Config, logger *slog.Logger) (
 		StartupTimeout:       cfg.StartupTimeout,
 		AcquireTimeout:       cfg.AcquireTimeout,
 		StatementCacheSize:   cfg.StatementCacheSize,
+		ClientStatementBytes: cfg.ClientStatementBytes,
+		RoleChanges:          pooler.RoleChangePolicy(cfg.RoleChanges),
 		Auth:                 authn,
 	}, s.manager, logger.With("component", "pooler"), s.reg)
 	if err != nil {
