@@ -17,6 +17,7 @@ import (
 	"github.com/jackc/pgx/v5/pgproto3"
 
 	"github.com/pgquic/pgquic/backend"
+	"github.com/pgquic/pgquic/internal/pgproto"
 	"github.com/pgquic/pgquic/internal/wire"
 )
 
@@ -171,7 +172,7 @@ func (s *session) loop(ctx context.Context) error {
 		s.msgLen = wire.HeaderLen + n
 		if err != nil {
 			if errors.Is(err, wire.ErrBadLength) || errors.Is(err, wire.ErrMessageTooLarge) {
-				return s.fail(fatal(codeProtocolViolation, "invalid message length", err))
+				return s.fail(fatal(pgproto.CodeProtocolViolation, "invalid message length", err))
 			}
 			if s.isKilled() {
 				return ErrShuttingDown
@@ -278,9 +279,9 @@ func (s *session) handle(ctx context.Context, typ byte) error {
 		s.mu.Unlock()
 		return err
 	case 'p':
-		return fatal(codeProtocolViolation, "unexpected password message", nil)
+		return fatal(pgproto.CodeProtocolViolation, "unexpected password message", nil)
 	default:
-		return fatal(codeProtocolViolation, fmt.Sprintf("invalid frontend message type %d", typ), nil)
+		return fatal(pgproto.CodeProtocolViolation, fmt.Sprintf("invalid frontend message type %d", typ), nil)
 	}
 }
 
@@ -331,7 +332,7 @@ func (s *session) attach(ctx context.Context) (*attachment, error) {
 		return a, nil
 	}
 	if s.isDraining() {
-		return nil, fatal(codeAdminShutdown, "the pooler is shutting down", ErrShuttingDown)
+		return nil, fatal(pgproto.CodeAdminShutdown, "the pooler is shutting down", ErrShuttingDown)
 	}
 	if err := s.flushClient(); err != nil { // a previous relay may still hold bytes
 		return nil, err
@@ -390,16 +391,16 @@ func (s *session) acquireConn(ctx context.Context) (*backend.Conn, error) {
 	s.p.m.waitSeconds.Observe(time.Since(start).Seconds())
 	if err != nil {
 		if errors.Is(context.Cause(actx), errCanceledByClient) {
-			return nil, pgerr(codeQueryCanceled, "canceling statement due to user request", err)
+			return nil, pgerr(pgproto.CodeQueryCanceled, "canceling statement due to user request", err)
 		}
 		if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
 			st := s.pool.Stat()
-			return nil, pgerr(codeTooManyConnections,
+			return nil, pgerr(pgproto.CodeTooManyConnections,
 				fmt.Sprintf("no server connection became free within %s (pool of %d for database %q, user %q is busy)",
 					s.p.cfg.AcquireTimeout, st.Total, s.database, s.user), err)
 		}
 		if ctx.Err() != nil {
-			return nil, fatal(codeAdminShutdown, "the pooler is shutting down", err)
+			return nil, fatal(pgproto.CodeAdminShutdown, "the pooler is shutting down", err)
 		}
 		var se *pgconn.PgError
 		if errors.As(err, &se) {
@@ -410,9 +411,9 @@ func (s *session) acquireConn(ctx context.Context) (*backend.Conn, error) {
 		if errors.Is(err, backend.ErrTooManyPools) {
 			// The session's pool was retired while it idled and no new
 			// one may be opened now.
-			return nil, pgerr(codeTooManyConnections, fmt.Sprintf("sorry, too many pools already: no pool for database %q user %q (max_pools)", s.database, s.user), err)
+			return nil, pgerr(pgproto.CodeTooManyConnections, fmt.Sprintf("sorry, too many pools already: no pool for database %q user %q (max_pools)", s.database, s.user), err)
 		}
-		return nil, pgerr(codeConnectionFailure, "could not connect to the server", err)
+		return nil, pgerr(pgproto.CodeConnectionFailure, "could not connect to the server", err)
 	}
 	return conn, nil
 }
@@ -737,13 +738,13 @@ func (s *session) ReceivePassword(ctx context.Context) ([]byte, error) {
 	s.cr.SetMaxLen(old)
 	if err != nil {
 		if errors.Is(err, wire.ErrBadLength) || errors.Is(err, wire.ErrMessageTooLarge) {
-			return nil, fatal(codeProtocolViolation, "invalid message length", err)
+			return nil, fatal(pgproto.CodeProtocolViolation, "invalid message length", err)
 		}
 		return nil, err
 	}
 	if typ != 'p' {
 		_ = s.cr.Skip()
-		return nil, fatal(codeProtocolViolation, fmt.Sprintf("expected password response, got message type %d", typ), nil)
+		return nil, fatal(pgproto.CodeProtocolViolation, fmt.Sprintf("expected password response, got message type %d", typ), nil)
 	}
 	return s.cr.Body()
 }
@@ -804,7 +805,7 @@ func (s *session) drain() {
 	s.mu.Unlock()
 	if idle {
 		// What PostgreSQL says to idle sessions at a fast shutdown.
-		pe := fatal(codeAdminShutdown, "terminating connection because the pooler is shutting down", ErrShuttingDown)
+		pe := fatal(pgproto.CodeAdminShutdown, "terminating connection because the pooler is shutting down", ErrShuttingDown)
 		_ = s.writeRaw(pe.encode(nil))
 		s.closeClient()
 	}

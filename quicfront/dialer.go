@@ -12,11 +12,13 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/quic-go/quic-go"
+
+	"github.com/pgquic/pgquic/internal/defaults"
 )
 
 // Defaults of DialerConfig, applied to zero fields.
 const (
-	DefaultDialerConns = 4
+	DefaultDialerConns = defaults.DialerConns
 )
 
 // DialerConfig configures the client side. Zero values take the defaults
@@ -276,7 +278,7 @@ func (d *Dialer) dialSlot(ctx context.Context, i int) (*clientConn, error) {
 		return nil, err
 	}
 	if d.closed {
-		_ = conn.CloseWithError(ErrCodeNoError.app(), "dialer closed")
+		_ = conn.CloseWithError(appCode(ErrCodeNoError), "dialer closed")
 		return nil, ErrDialerClosed
 	}
 	cc := &clientConn{conn: conn, slot: i, open: 1}
@@ -369,7 +371,7 @@ func (d *Dialer) Close() error {
 	}
 	d.mu.Unlock()
 	for _, c := range conns {
-		_ = c.CloseWithError(ErrCodeNoError.app(), "client closed")
+		_ = c.CloseWithError(appCode(ErrCodeNoError), "client closed")
 	}
 	d.wg.Wait()
 	// No new transport can appear: ensureTransport runs under d.mu and checks closed first.

@@ -13,19 +13,15 @@ import (
 
 	"github.com/jackc/pgx/v5/pgproto3"
 	"github.com/prometheus/client_golang/prometheus"
-)
 
-// Request codes of the PostgreSQL startup packets the edge recognises
-// (https://www.postgresql.org/docs/current/protocol-message-formats.html).
-const (
-	cancelRequestCode = 80877102
-	sslRequestCode    = 80877103
-	gssEncRequestCode = 80877104
+	"github.com/pgquic/pgquic/internal/defaults"
+	"github.com/pgquic/pgquic/internal/pgproto"
+	"github.com/pgquic/pgquic/internal/wire"
 )
 
 // DefaultEdgeStartupTimeout bounds how long a local client may take to send
 // its startup packet.
-const DefaultEdgeStartupTimeout = 10 * time.Second
+const DefaultEdgeStartupTimeout = defaults.EdgeStartupTimeout
 
 // EdgeConfig configures the edge sidecar.
 type EdgeConfig struct {
@@ -218,7 +214,7 @@ func (e *Edge) run(s *edgeSession) {
 	if err != nil {
 		e.dialErrors.Inc()
 		log.Warn("edge: cannot open a stream to the pooler", "err", err)
-		if code != cancelRequestCode {
+		if code != pgproto.CancelRequestCode {
 			e.sendError(s.tcp, err)
 		}
 		return
@@ -292,7 +288,7 @@ func (e *Edge) readFirst(c net.Conn) ([]byte, uint32, error) {
 			return nil, 0, err
 		}
 		code := binary.BigEndian.Uint32(pkt[4:8])
-		if code == sslRequestCode || code == gssEncRequestCode {
+		if code == pgproto.SSLRequestCode || code == pgproto.GSSEncRequestCode {
 			if _, err := c.Write([]byte{'N'}); err != nil {
 				return nil, 0, fmt.Errorf("answer encryption request: %w", err)
 			}
@@ -313,7 +309,7 @@ func readStartupPacket(r io.Reader) ([]byte, error) {
 		return nil, fmt.Errorf("read startup packet length: %w", err)
 	}
 	n := binary.BigEndian.Uint32(hdr[:])
-	if n < 8 || n > maxStartupPacket {
+	if n < 8 || n > wire.MaxStartupLen {
 		return nil, fmt.Errorf("invalid startup packet length %d", n)
 	}
 	pkt := make([]byte, n)
@@ -327,7 +323,7 @@ func readStartupPacket(r io.Reader) ([]byte, error) {
 // sendError tells a libpq client why its session cannot start, as a FATAL
 // ErrorResponse with SQLSTATE 08006 (connection failure).
 func (e *Edge) sendError(c net.Conn, cause error) {
-	msg := &pgproto3.ErrorResponse{Severity: "FATAL", SeverityUnlocalized: "FATAL", Code: "08006",
+	msg := &pgproto3.ErrorResponse{Severity: "FATAL", SeverityUnlocalized: "FATAL", Code: pgproto.CodeConnectionFailure,
 		Message: "pgquic edge: cannot reach the pooler over QUIC: " + cause.Error()}
 	buf, err := msg.Encode(nil)
 	if err != nil {

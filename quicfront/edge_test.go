@@ -16,6 +16,8 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgproto3"
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/pgquic/pgquic/internal/pgproto"
 )
 
 func startEdge(t *testing.T, d *Dialer) *Edge {
@@ -89,7 +91,7 @@ func TestEdgeSSLRequestThenStartup(t *testing.T) {
 	}
 	defer conn.Close()
 	_ = conn.SetDeadline(time.Now().Add(30 * time.Second))
-	for _, code := range []uint32{gssEncRequestCode, sslRequestCode} {
+	for _, code := range []uint32{pgproto.GSSEncRequestCode, pgproto.SSLRequestCode} {
 		req := make([]byte, 8)
 		binary.BigEndian.PutUint32(req[0:4], 8)
 		binary.BigEndian.PutUint32(req[4:8], code)

@@ -10,66 +10,32 @@ package quicfront
 
 import (
 	"errors"
-	"fmt"
 
 	"github.com/quic-go/quic-go"
+
+	"github.com/pgquic/pgquic/internal/pgproto"
 )
 
 // ErrorCode is an application error code sent in QUIC CONNECTION_CLOSE,
 // RESET_STREAM and STOP_SENDING frames. Peers see the number, so the values
-// are part of the wire contract and never change meaning; README.md lists them.
-type ErrorCode uint64
+// are part of the wire contract and never change meaning; README.md lists
+// them. They are defined once, in internal/pgproto, which the client shares.
+type ErrorCode = pgproto.QUICErrorCode
 
+// The application error codes of the wire contract; see internal/pgproto for
+// what each means.
 const (
-	// ErrCodeNoError closes a stream direction or a connection that is simply
-	// done: a session ended normally, or a Dialer was closed.
-	ErrCodeNoError ErrorCode = 0
-	// ErrCodeInternal reports a failure inside pgquic that is not the peer's fault.
-	ErrCodeInternal ErrorCode = 1
-	// ErrCodeServerShutdown closes connections, and refuses new streams, while
-	// the server shuts down. Clients should re-dial, possibly to another server.
-	ErrCodeServerShutdown ErrorCode = 2
-	// ErrCodeTooManyConns refuses a QUIC connection beyond the server's
-	// MaxConns bound. Clients should share fewer connections or retry later.
-	ErrCodeTooManyConns ErrorCode = 3
-	// ErrCodeStartupTimeout resets a stream whose startup packet did not arrive
-	// within the server's StreamStartupTimeout, so idle streams cannot pin credit.
-	ErrCodeStartupTimeout ErrorCode = 4
-	// ErrCodeAborted resets a stream direction that ends without a clean FIN:
-	// the other side reset the stream first, or the stream was closed while a
-	// write was still in progress.
-	ErrCodeAborted ErrorCode = 5
-	// ErrCodeTooManyStreams resets, on both halves, a stream opened while
-	// the server already runs MaxStreams sessions and is busy answering
-	// other streams beyond it. Clients should retry later or use fewer
-	// sessions.
-	ErrCodeTooManyStreams ErrorCode = 6
+	ErrCodeNoError        = pgproto.QUICNoError
+	ErrCodeInternal       = pgproto.QUICInternal
+	ErrCodeServerShutdown = pgproto.QUICServerShutdown
+	ErrCodeTooManyConns   = pgproto.QUICTooManyConns
+	ErrCodeStartupTimeout = pgproto.QUICStartupTimeout
+	ErrCodeAborted        = pgproto.QUICAborted
+	ErrCodeTooManyStreams = pgproto.QUICTooManyStreams
 )
 
-// String names the code for logs.
-func (c ErrorCode) String() string {
-	switch c {
-	case ErrCodeNoError:
-		return "no_error"
-	case ErrCodeInternal:
-		return "internal"
-	case ErrCodeServerShutdown:
-		return "server_shutdown"
-	case ErrCodeTooManyConns:
-		return "too_many_conns"
-	case ErrCodeStartupTimeout:
-		return "startup_timeout"
-	case ErrCodeAborted:
-		return "aborted"
-	case ErrCodeTooManyStreams:
-		return "too_many_streams"
-	default:
-		return fmt.Sprintf("error_code_%d", uint64(c))
-	}
-}
-
-func (c ErrorCode) stream() quic.StreamErrorCode   { return quic.StreamErrorCode(c) }
-func (c ErrorCode) app() quic.ApplicationErrorCode { return quic.ApplicationErrorCode(c) }
+func streamCode(c ErrorCode) quic.StreamErrorCode   { return quic.StreamErrorCode(c) }
+func appCode(c ErrorCode) quic.ApplicationErrorCode { return quic.ApplicationErrorCode(c) }
 
 // RemoteErrorCode extracts the application error code the peer sent when it
 // reset a stream or closed the connection. It lets callers tell a server

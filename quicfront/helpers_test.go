@@ -21,7 +21,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
-	"github.com/pgquic/pgquic/pooler"
+	"github.com/pgquic/pgquic/internal/front"
 )
 
 func TestMain(m *testing.M) {
@@ -39,14 +39,14 @@ type scriptedPG struct {
 
 	mu      sync.Mutex
 	cancelC map[uint32]chan struct{}
-	peers   []pooler.Peer
+	peers   []front.Peer
 }
 
 func newScriptedPG() *scriptedPG {
 	return &scriptedPG{cancelC: map[uint32]chan struct{}{}, sleeping: make(chan uint32, 16)}
 }
 
-func (h *scriptedPG) Serve(ctx context.Context, rwc io.ReadWriteCloser, peer pooler.Peer) error {
+func (h *scriptedPG) Serve(ctx context.Context, rwc io.ReadWriteCloser, peer front.Peer) error {
 	defer rwc.Close()
 	h.mu.Lock()
 	h.peers = append(h.peers, peer)
@@ -149,7 +149,7 @@ startup:
 // echoHandler copies the stream back to itself until EOF.
 type echoHandler struct{}
 
-func (echoHandler) Serve(_ context.Context, rwc io.ReadWriteCloser, _ pooler.Peer) error {
+func (echoHandler) Serve(_ context.Context, rwc io.ReadWriteCloser, _ front.Peer) error {
 	defer rwc.Close()
 	_, err := io.Copy(rwc, rwc)
 	return err
@@ -164,7 +164,7 @@ type testServer struct {
 
 // startServer starts a server on a free loopback port (or cfg.Addr) and
 // shuts it down at cleanup.
-func startServer(t testing.TB, cfg ServerConfig, h Handler) *testServer {
+func startServer(t testing.TB, cfg ServerConfig, h front.Handler) *testServer {
 	t.Helper()
 	if cfg.Addr == "" {
 		cfg.Addr = "127.0.0.1:0"
@@ -304,6 +304,3 @@ func mustUDP(t testing.TB) *net.UDPConn {
 	}
 	return c
 }
-
-// The real pooler is a Handler.
-var _ Handler = (*pooler.Pooler)(nil)

@@ -131,7 +131,7 @@ func TestConnLossIsolated(t *testing.T) {
 	if a.Conn().LocalAddr().String() != c0.conn.LocalAddr().String() {
 		t.Fatal("unexpected placement")
 	}
-	_ = c0.conn.CloseWithError(ErrCodeInternal.app(), "test closes one connection")
+	_ = c0.conn.CloseWithError(appCode(ErrCodeInternal), "test closes one connection")
 	if _, err := queryInt(ctx, a, 1); err == nil {
 		t.Fatal("session on the closed connection still works")
 	}

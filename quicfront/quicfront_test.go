@@ -272,16 +272,16 @@ func TestAbandonedStreamsDoNotLeak(t *testing.T) {
 		switch i % 3 {
 		case 0: // partial startup, then reset
 			_, _ = str.Write(msg[:2])
-			str.CancelWrite(ErrCodeAborted.stream())
-			str.CancelRead(ErrCodeAborted.stream())
+			str.CancelWrite(streamCode(ErrCodeAborted))
+			str.CancelRead(streamCode(ErrCodeAborted))
 		case 1: // partial startup, then silence: the server times it out
 			_, _ = str.Write(msg[:3])
 			abandoned = append(abandoned, str)
 		case 2: // full startup reaches the handler, then reset
 			_, _ = str.Write(msg)
 			time.Sleep(time.Millisecond)
-			str.CancelWrite(ErrCodeAborted.stream())
-			str.CancelRead(ErrCodeAborted.stream())
+			str.CancelWrite(streamCode(ErrCodeAborted))
+			str.CancelRead(streamCode(ErrCodeAborted))
 		}
 	}
 	eventually(t, 30*time.Second, "server streams gauge back to 0", func() bool {

@@ -16,24 +16,20 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/quic-go/quic-go"
 
-	"github.com/pgquic/pgquic/pooler"
+	"github.com/pgquic/pgquic/internal/defaults"
+	"github.com/pgquic/pgquic/internal/front"
+	"github.com/pgquic/pgquic/internal/pgproto"
+	"github.com/pgquic/pgquic/internal/wire"
 )
-
-// Handler runs one PostgreSQL session to completion and closes rwc.
-// *pooler.Pooler implements it; the fronts (QUIC here, TCP in tcpfront) only
-// move bytes and describe the peer.
-type Handler interface {
-	Serve(ctx context.Context, rwc io.ReadWriteCloser, peer pooler.Peer) error
-}
 
 // Defaults of ServerConfig, applied to zero fields.
 const (
-	DefaultMaxConns             = 1000
-	DefaultMaxStreamsPerConn    = 1000
-	DefaultMaxStreams           = 10000
-	DefaultStreamStartupTimeout = 10 * time.Second
-	DefaultIdleTimeout          = 60 * time.Second
-	DefaultKeepAlivePeriod      = 15 * time.Second
+	DefaultMaxConns             = defaults.QUICMaxConns
+	DefaultMaxStreamsPerConn    = defaults.QUICMaxStreamsPerConn
+	DefaultMaxStreams           = defaults.MaxClients
+	DefaultStreamStartupTimeout = defaults.QUICStreamStartupTimeout
+	DefaultIdleTimeout          = defaults.QUICIdleTimeout
+	DefaultKeepAlivePeriod      = defaults.QUICKeepAlivePeriod
 )
 
 // minStreamsPerConn is the least stream credit a server grants: clients
@@ -49,11 +45,6 @@ const (
 	limitSlots   = 64
 	limitTimeout = 5 * time.Second
 )
-
-// maxStartupPacket mirrors PostgreSQL's MAX_STARTUP_PACKET_LENGTH: a longer
-// first packet is a protocol violation the handler reports; the server only
-// waits for at most this many bytes before handing the stream over.
-const maxStartupPacket = 10000
 
 // ServerConfig configures the QUIC front end. Zero values take the defaults
 // named on each field.
@@ -179,7 +170,7 @@ func newServerMetrics(reg prometheus.Registerer) (*serverMetrics, error) {
 // Handler.
 type Server struct {
 	cfg     ServerConfig
-	h       Handler
+	h       front.Handler
 	log     *slog.Logger
 	m       *serverMetrics
 	tlsConf *tls.Config
@@ -221,7 +212,7 @@ type serverConn struct {
 
 // NewServer validates cfg, fills its defaults and prepares TLS. logger nil
 // discards logs; reg nil skips metric registration.
-func NewServer(cfg ServerConfig, h Handler, logger *slog.Logger, reg prometheus.Registerer) (*Server, error) {
+func NewServer(cfg ServerConfig, h front.Handler, logger *slog.Logger, reg prometheus.Registerer) (*Server, error) {
 	if h == nil {
 		return nil, errors.New("quicfront: nil Handler")
 	}
@@ -374,7 +365,7 @@ func (s *Server) admit(conn *quic.Conn) {
 	if s.draining || s.closed {
 		s.mu.Unlock()
 		s.m.connsRefused.Inc()
-		_ = conn.CloseWithError(ErrCodeServerShutdown.app(), "server shutting down")
+		_ = conn.CloseWithError(appCode(ErrCodeServerShutdown), "server shutting down")
 		return
 	}
 	select {
@@ -383,7 +374,7 @@ func (s *Server) admit(conn *quic.Conn) {
 		s.mu.Unlock()
 		s.m.connsRefused.Inc()
 		s.log.Warn("QUIC connection refused: MaxConns reached", "remote", conn.RemoteAddr().String(), "max_conns", s.cfg.MaxConns)
-		_ = conn.CloseWithError(ErrCodeTooManyConns.app(), "too many connections")
+		_ = conn.CloseWithError(appCode(ErrCodeTooManyConns), "too many connections")
 		return
 	}
 	sc := &serverConn{conn: conn}
@@ -473,7 +464,7 @@ var tooManyStreams = func() []byte {
 	b, err := (&pgproto3.ErrorResponse{
 		Severity:            "FATAL",
 		SeverityUnlocalized: "FATAL",
-		Code:                "53300",
+		Code:                pgproto.CodeTooManyConnections,
 		Message:             "too many connections",
 		Detail:              "The pgquic QUIC front is at its stream limit.",
 	}).Encode(nil)
@@ -496,14 +487,14 @@ func (s *Server) refuseStream(sc *serverConn, c *streamConn, log *slog.Logger) {
 		c.abort(ErrCodeTooManyStreams)
 		return
 	}
-	if code == cancelRequestCode {
+	if code == pgproto.CancelRequestCode {
 		select {
 		case <-sc.conn.HandshakeComplete():
 		case <-sc.conn.Context().Done():
 			_ = c.Close()
 			return
 		}
-		peer := pooler.Peer{Addr: sc.conn.RemoteAddr(), Transport: "quic", Secure: true}
+		peer := front.Peer{Addr: sc.conn.RemoteAddr(), Transport: "quic", Secure: true}
 		if err := s.h.Serve(s.baseCtx, c, peer); err != nil {
 			log.Debug("QUIC cancel request at the stream limit", "stream", c.str.StreamID(), "err", err)
 		}
@@ -526,7 +517,7 @@ func (s *Server) runStream(sc *serverConn, c *streamConn, log *slog.Logger) {
 		closeNow := sc.active == 0 && (s.draining || s.closed)
 		s.mu.Unlock()
 		if closeNow {
-			_ = sc.conn.CloseWithError(ErrCodeServerShutdown.app(), "server shutting down")
+			_ = sc.conn.CloseWithError(appCode(ErrCodeServerShutdown), "server shutting down")
 		}
 	}()
 	if _, err := s.awaitStartup(c, s.cfg.StreamStartupTimeout); err != nil {
@@ -565,7 +556,7 @@ func (s *Server) runStream(sc *serverConn, c *streamConn, log *slog.Logger) {
 		}
 	})
 	defer stopWatch()
-	peer := pooler.Peer{Addr: sc.conn.RemoteAddr(), Transport: "quic", Secure: true}
+	peer := front.Peer{Addr: sc.conn.RemoteAddr(), Transport: "quic", Secure: true}
 	if err := s.h.Serve(ctx, c, peer); err != nil {
 		log.Debug("QUIC session ended with error", "stream", c.str.StreamID(), "err", err)
 	}
@@ -586,13 +577,15 @@ func clientGone(cause error) bool {
 	}
 	var se *quic.StreamError
 	if errors.As(cause, &se) {
-		return se.Remote && se.ErrorCode != ErrCodeNoError.stream()
+		return se.Remote && se.ErrorCode != streamCode(ErrCodeNoError)
 	}
 	return cause != nil
 }
 
 // awaitStartup blocks until the stream holds a whole first packet (or
-// maxStartupPacket bytes), without consuming anything, or timeout passes.
+// wire.MaxStartupLen bytes, PostgreSQL's cap: a longer packet is a protocol
+// violation the handler reports), without consuming anything, or timeout
+// passes.
 // It returns the packet's code (protocol version or request code), 0 when
 // the packet is too short to hold one.
 func (s *Server) awaitStartup(c *streamConn, timeout time.Duration) (uint32, error) {
@@ -609,8 +602,8 @@ func (s *Server) awaitStartup(c *streamConn, timeout time.Duration) (uint32, err
 	n := int(binary.BigEndian.Uint32(hdr[:]))
 	var code uint32
 	if n > 4 {
-		if n > maxStartupPacket {
-			n = maxStartupPacket // the handler rejects it; no need to wait for more
+		if n > wire.MaxStartupLen {
+			n = wire.MaxStartupLen // the handler rejects it; no need to wait for more
 		}
 		buf := make([]byte, n)
 		if _, err := c.str.Peek(buf); err != nil && !errors.Is(err, io.EOF) {
@@ -652,7 +645,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		_ = ln.Close()
 	}
 	for _, c := range idle {
-		_ = c.CloseWithError(ErrCodeServerShutdown.app(), "server shutting down")
+		_ = c.CloseWithError(appCode(ErrCodeServerShutdown), "server shutting down")
 	}
 	done := make(chan struct{})
 	go func() {
@@ -700,7 +693,7 @@ func (s *Server) closeConns() {
 	s.mu.Unlock()
 	var wg sync.WaitGroup
 	for _, c := range conns {
-		wg.Go(func() { _ = c.CloseWithError(ErrCodeServerShutdown.app(), "server shutting down") })
+		wg.Go(func() { _ = c.CloseWithError(appCode(ErrCodeServerShutdown), "server shutting down") })
 	}
 	wg.Wait()
 }

@@ -70,7 +70,7 @@ func (c *streamConn) CloseWrite() error {
 	}
 	c.sendDone = true
 	if c.peerReset.Load() {
-		c.str.CancelWrite(ErrCodeAborted.stream())
+		c.str.CancelWrite(streamCode(ErrCodeAborted))
 		return nil
 	}
 	_ = c.str.Close() // only fails for a stream the peer stopped; that still counts as done
@@ -84,18 +84,18 @@ func (c *streamConn) CloseWrite() error {
 func (c *streamConn) Close() error {
 	c.closeOnce.Do(func() {
 		// Receive half first: it unblocks a pending Read and needs no lock.
-		c.str.CancelRead(ErrCodeNoError.stream())
+		c.str.CancelRead(streamCode(ErrCodeNoError))
 		if !c.wmu.TryLock() {
 			// A Write is running, maybe blocked on flow control. Closing in the
 			// middle of a write cannot end cleanly: abort the send side, which
 			// unblocks the Write, then take the lock.
-			c.str.CancelWrite(ErrCodeAborted.stream())
+			c.str.CancelWrite(streamCode(ErrCodeAborted))
 			c.wmu.Lock()
 			c.sendDone = true
 		} else if !c.sendDone {
 			c.sendDone = true
 			if c.peerReset.Load() {
-				c.str.CancelWrite(ErrCodeAborted.stream())
+				c.str.CancelWrite(streamCode(ErrCodeAborted))
 			} else {
 				_ = c.str.Close()
 			}
@@ -111,10 +111,10 @@ func (c *streamConn) Close() error {
 // abort resets both halves with code; used when a stream is refused.
 func (c *streamConn) abort(code ErrorCode) {
 	c.closeOnce.Do(func() {
-		c.str.CancelRead(code.stream())
+		c.str.CancelRead(streamCode(code))
 		c.wmu.Lock()
 		c.sendDone = true
-		c.str.CancelWrite(code.stream())
+		c.str.CancelWrite(streamCode(code))
 		c.wmu.Unlock()
 		if c.onClose != nil {
 			c.onClose()

@@ -18,10 +18,12 @@ import (
 	"time"
 
 	"github.com/quic-go/quic-go"
+
+	"github.com/pgquic/pgquic/internal/pgproto"
 )
 
 // DefaultALPN is the ALPN protocol of the QUIC wire contract, version 1.
-const DefaultALPN = "pgquic/1"
+const DefaultALPN = pgproto.ALPN
 
 // Fingerprint returns the hex SHA-256 of a DER certificate, the value a
 // client pins with DialerConfig.PinSHA256 (and `pgquic edge --pin`).
