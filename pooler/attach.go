@@ -13,29 +13,49 @@ import (
 )
 
 // Lending a server connection to a session: the attachment (see relay.go)
-// is made when a message needs a server and none is attached. Functions
-// named ...Locked run with s.mu held; attachLocked releases it while it
-// waits for the pool and the server.
+// is made when a message needs a server and none is attached. A function
+// named ...Locked is called with s.mu held and returns with it held; the
+// caller takes and releases the lock, so both are visible where it is
+// called.
 
-// current returns the live attachment with s.mu held, or nil (mu released).
-func (s *session) current() *attachment {
-	s.mu.Lock()
+// currentLocked returns the live attachment, or nil when no server
+// connection is attached. s.mu must be held.
+func (s *session) currentLocked() *attachment {
 	if a := s.att; a != nil && !a.released {
 		return a
 	}
-	s.mu.Unlock()
 	return nil
 }
 
-// attach returns the live attachment with s.mu held, acquiring a server
-// connection first when none is attached.
-func (s *session) attach(ctx context.Context) (*attachment, error) {
-	if a := s.current(); a != nil {
+// attachLocked returns the live attachment, acquiring a server connection
+// first when none is attached. s.mu must be held. Acquiring waits on the
+// pool and on the server (parameter sync), so attachLocked releases s.mu
+// for that while and takes it again before it returns, on success and on
+// error alike: the caller unlocks, as it locked.
+func (s *session) attachLocked(ctx context.Context) (*attachment, error) {
+	if a := s.currentLocked(); a != nil {
 		return a, nil
 	}
-	if s.isDraining() {
+	if s.draining {
 		return nil, fatal(pgproto.CodeAdminShutdown, "the pooler is shutting down", ErrShuttingDown)
 	}
+	s.mu.Unlock()
+	conn, err := s.connect(ctx)
+	s.mu.Lock()
+	if err != nil {
+		return nil, err
+	}
+	a := s.startAttachmentLocked(conn)
+	if err := s.reapplyParams(a); err != nil {
+		return nil, err
+	}
+	return a, nil
+}
+
+// connect borrows a server connection and brings its parameters in line
+// with the client's. It blocks on the pool and on the server, so s.mu must
+// not be held.
+func (s *session) connect(ctx context.Context) (*backend.Conn, error) {
 	if err := s.flushClient(); err != nil { // a previous relay may still hold bytes
 		return nil, err
 	}
@@ -52,17 +72,11 @@ func (s *session) attach(ctx context.Context) (*attachment, error) {
 		}
 		return nil, err
 	}
-	s.mu.Lock()
-	a := s.startAttachment(conn)
-	if err := s.reapplyParams(a); err != nil {
-		s.mu.Unlock()
-		return nil, err
-	}
-	return a, nil
+	return conn, nil
 }
 
-// startRelay starts the relay goroutine for a. s.mu must be held.
-func (s *session) startRelay(a *attachment) {
+// startRelayLocked starts the relay goroutine for a. s.mu must be held.
+func (s *session) startRelayLocked(a *attachment) {
 	a.relaying = true
 	a.done = make(chan struct{})
 	go s.relay(a)
@@ -120,9 +134,9 @@ func (s *session) acquireConn(ctx context.Context) (*backend.Conn, error) {
 	return conn, nil
 }
 
-// startAttachment makes conn the session's server connection and starts its
-// relay. s.mu must be held.
-func (s *session) startAttachment(conn *backend.Conn) *attachment {
+// startAttachmentLocked makes conn the session's server connection and, in
+// session mode, starts its relay. s.mu must be held.
+func (s *session) startAttachmentLocked(conn *backend.Conn) *attachment {
 	st, _ := conn.State.(*serverState)
 	if st == nil {
 		st = newServerState()
@@ -141,7 +155,7 @@ func (s *session) startAttachment(conn *backend.Conn) *attachment {
 	if s.p.cfg.Mode == ModeSession {
 		// The server may speak at any time (NOTIFY, a FATAL on shutdown):
 		// in session mode a relay goroutine always listens.
-		s.startRelay(a)
+		s.startRelayLocked(a)
 	}
 	s.busy.Store(true)
 	return a

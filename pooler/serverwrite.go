@@ -43,7 +43,7 @@ func (s *session) sendOut() error {
 	if n > conn.W.Available() {
 		s.mu.Lock()
 		if !a.released && !a.relaying && a.pending() > 0 {
-			s.startRelay(a)
+			s.startRelayLocked(a)
 		}
 		s.mu.Unlock()
 	}

@@ -24,9 +24,12 @@ import (
 //
 // Locks, always taken in this order: mu (attachment state and the ordering
 // of everything written to the client while attached), then cwMu (the client
-// writer). wmu is held by the owner from its first unflushed write to a
-// server connection until the flush, so the relay cannot hand that
-// connection back to the pool with half a message in its buffer.
+// writer). A method named ...Locked is called with mu held and returns with
+// it held, so mu is taken and released where its callers can be read.
+// wmu is held by the owner from its first unflushed write to a server
+// connection until the flush (sendOut takes it, flushAll or close releases
+// it; wlocked records that the owner holds it), so the relay cannot hand
+// that connection back to the pool with half a message in its buffer.
 type session struct {
 	p    *Pooler
 	log  *slog.Logger
@@ -211,7 +214,7 @@ func (s *session) serveReplies() bool {
 		return false
 	}
 	if !s.lastSync {
-		s.startRelay(a)
+		s.startRelayLocked(a)
 		s.mu.Unlock()
 		return false
 	}
@@ -260,8 +263,10 @@ func (s *session) handle(ctx context.Context, typ byte) error {
 	case 'H', 'd', 'c', 'f':
 		// Flush and COPY data only mean something to a server that is
 		// already attached; PostgreSQL ignores stray COPY messages too.
-		a := s.current()
+		s.mu.Lock()
+		a := s.currentLocked()
 		if a == nil {
+			s.mu.Unlock()
 			return s.cr.Skip()
 		}
 		err := s.writeServer(a, nil)
@@ -278,8 +283,10 @@ func (s *session) handle(ctx context.Context, typ byte) error {
 // pending), otherwise forwards it.
 func (s *session) handleSync(ctx context.Context) error {
 	s.skipping = false
-	a := s.current()
+	s.mu.Lock()
+	a := s.currentLocked()
 	if a == nil {
+		s.mu.Unlock()
 		if err := s.cr.Skip(); err != nil {
 			return err
 		}
@@ -294,8 +301,10 @@ func (s *session) handleSync(ctx context.Context) error {
 // forward sends the current message to the attached server (attaching one if
 // needed) and records the reply it expects.
 func (s *session) forward(ctx context.Context, k entryKind) error {
-	a, err := s.attach(ctx)
+	s.mu.Lock()
+	a, err := s.attachLocked(ctx)
 	if err != nil {
+		s.mu.Unlock()
 		return s.raise(err, k == eQuery)
 	}
 	s.push(a, entry{kind: k})
@@ -323,13 +332,15 @@ func (s *session) raise(err error, simple bool) error {
 	if !simple {
 		s.skipping = true
 	}
-	if a := s.current(); a != nil {
+	s.mu.Lock()
+	if a := s.currentLocked(); a != nil {
 		// A server is attached, maybe inside a transaction block: let the
 		// server raise the error, so the transaction is aborted and the
 		// rest of the pipeline skipped exactly as PostgreSQL would.
 		defer s.mu.Unlock()
-		return s.serverRaise(a, pe)
+		return s.serverRaiseLocked(a, pe)
 	}
+	s.mu.Unlock()
 	out := pe.encode(nil)
 	if simple {
 		out = append(out, readyForQuery('I')...)
@@ -337,10 +348,10 @@ func (s *session) raise(err error, simple bool) error {
 	return s.writeClientLocal(out)
 }
 
-// serverRaise makes the attached server raise pe, through an anonymous DO
+// serverRaiseLocked makes the attached server raise pe, through an anonymous DO
 // block whose Parse and Bind replies are swallowed; the client sees the
 // ErrorResponse of the Execute. s.mu must be held.
-func (s *session) serverRaise(a *attachment, pe *PGError) error {
+func (s *session) serverRaiseLocked(a *attachment, pe *PGError) error {
 	msg := strings.ReplaceAll(pe.Message, "$pgquic$", "")
 	sql := "DO $pgquic$BEGIN RAISE EXCEPTION USING ERRCODE = " + quoteLiteral(pe.Code) +
 		", MESSAGE = " + quoteLiteral(msg) + "; END$pgquic$"
@@ -364,19 +375,19 @@ func (s *session) serverRaise(a *attachment, pe *PGError) error {
 // otherwise queued behind the pending replies. With rfq a ReadyForQuery
 // carrying the current transaction status follows.
 func (s *session) respond(msg []byte, rfq bool) error {
-	if a := s.current(); a != nil {
+	s.mu.Lock()
+	if a := s.currentLocked(); a != nil {
+		defer s.mu.Unlock()
 		if a.pending() > 0 || a.skipping {
 			s.push(a, entry{kind: eSynthetic, synthetic: msg, rfq: rfq})
-			s.mu.Unlock()
 			return nil
 		}
 		if rfq {
 			msg = append(msg, readyForQuery(a.status)...)
 		}
-		err := s.writeClient(msg)
-		s.mu.Unlock()
-		return err
+		return s.writeClient(msg)
 	}
+	s.mu.Unlock()
 	if rfq {
 		msg = append(msg, readyForQuery('I')...)
 	}

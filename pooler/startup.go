@@ -400,7 +400,7 @@ func (s *session) login(ctx context.Context, sp *startupParams, authenticated fu
 			// pg_stat_activity then mean what the client expects.
 			p.rekey(s, conn.PID)
 			s.mu.Lock()
-			s.startAttachment(conn)
+			s.startAttachmentLocked(conn)
 			s.mu.Unlock()
 		} else {
 			conn.Release()

@@ -246,8 +246,10 @@ func (s *session) handleParse(ctx context.Context) error {
 	if len(nameB) == 0 {
 		u := newStmt("", rest)
 		s.unnamed = u
-		a, err := s.attach(ctx)
+		s.mu.Lock()
+		a, err := s.attachLocked(ctx)
 		if err != nil {
+			s.mu.Unlock()
 			return s.raise(err, false)
 		}
 		s.push(a, entry{kind: eParse, unnamed: true})
@@ -257,8 +259,10 @@ func (s *session) handleParse(ctx context.Context) error {
 		return err
 	}
 	name := string(nameB)
-	a, err := s.attach(ctx)
+	s.mu.Lock()
+	a, err := s.attachLocked(ctx)
 	if err != nil {
+		s.mu.Unlock()
 		return s.raise(err, false)
 	}
 	if _, exists := s.stmts[name]; exists {
@@ -336,8 +340,10 @@ func (s *session) handleBind(ctx context.Context) error {
 			return s.raise(err, false)
 		}
 	}
-	a, err := s.attach(ctx)
+	s.mu.Lock()
+	a, err := s.attachLocked(ctx)
 	if err != nil {
+		s.mu.Unlock()
 		return s.raise(err, false)
 	}
 	defer s.mu.Unlock()
@@ -396,8 +402,10 @@ func (s *session) handleDescribe(ctx context.Context) error {
 	if !ok || (kind != 'S' && kind != 'P') {
 		return fatal(pgproto.CodeProtocolViolation, "invalid Describe message", nil)
 	}
-	a, err := s.attach(ctx)
+	s.mu.Lock()
+	a, err := s.attachLocked(ctx)
 	if err != nil {
+		s.mu.Unlock()
 		return s.raise(err, false)
 	}
 	defer s.mu.Unlock()
@@ -457,8 +465,10 @@ func (s *session) handleClose(ctx context.Context) error {
 	if kind == 'S' {
 		s.unnamed = nil
 	}
-	a := s.current()
+	s.mu.Lock()
+	a := s.currentLocked()
 	if a == nil {
+		s.mu.Unlock()
 		// No transaction is open, so no portal exists and the unnamed
 		// statement lives only in our memory: nothing to close on a server.
 		return s.respond(closeComplete, false)
@@ -507,8 +517,10 @@ func (s *session) handleQuery(ctx context.Context) error {
 	if err := s.checkIdentity(info); err != nil {
 		return s.raise(err, true)
 	}
-	a, err := s.attach(ctx)
+	s.mu.Lock()
+	a, err := s.attachLocked(ctx)
 	if err != nil {
+		s.mu.Unlock()
 		return s.raise(err, true)
 	}
 	defer s.mu.Unlock()

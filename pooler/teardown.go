@@ -22,12 +22,6 @@ func cancelOnServer(conn *backend.Conn) {
 	}()
 }
 
-func (s *session) isDraining() bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.draining
-}
-
 func (s *session) isKilled() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -100,7 +94,7 @@ func (s *session) close() {
 		a.clientGone.Store(true)
 		a.closing = true
 		if !a.relaying {
-			s.startRelay(a)
+			s.startRelayLocked(a)
 		}
 		sessionLike := s.p.cfg.Mode == ModeSession || s.pinned
 		if s.pinned {
