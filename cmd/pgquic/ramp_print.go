@@ -183,7 +183,7 @@ func printSummary(w io.Writer, rep *report.Report, results []rampResult) {
 		if r.latePkt == 0 {
 			return "-"
 		}
-		return fmtMs(r.latency)
+		return fmt.Sprintf("%s mean, %s max", fmtMs(r.latency), fmtMs(r.lateMax))
 	})
 	row("generator lag (max)", func(r *rampResult) string {
 		s := trimFloat(r.run.GeneratorLagMs) + " ms"

@@ -86,6 +86,7 @@ type rampResult struct {
 	run     report.Run
 	res     *loadgen.Result
 	latency time.Duration // the emulator's mean lateness per hop
+	lateMax time.Duration // and its largest
 	latePkt uint64        // hops the lateness was averaged over
 }
 
@@ -612,17 +613,19 @@ func (rs *rampSession) runTransport(ctx context.Context, tr loadgen.Transport) (
 	}
 	r := &rampResult{label: label, run: run, res: res}
 	if serr == nil {
-		var late time.Duration
+		var late, lateMax time.Duration
 		var hops uint64
 		if tr == loadgen.TCP {
 			late = stats.TCP.Up.Late.Total + stats.TCP.Down.Late.Total
+			lateMax = max(stats.TCP.Up.Late.Max, stats.TCP.Down.Late.Max)
 			hops = stats.TCP.Up.Chunks + stats.TCP.Down.Chunks
 		} else {
 			late = stats.UDP.Up.Late.Total + stats.UDP.Down.Late.Total
+			lateMax = max(stats.UDP.Up.Late.Max, stats.UDP.Down.Late.Max)
 			hops = stats.UDP.Up.Packets + stats.UDP.Down.Packets
 		}
 		if hops > 0 {
-			r.latency, r.latePkt = late/time.Duration(hops), hops
+			r.latency, r.lateMax, r.latePkt = late/time.Duration(hops), lateMax, hops
 		}
 	} else {
 		rs.logger.Warn("WAN emulator counters", "err", serr)
