@@ -380,7 +380,7 @@ func (rs *rampSession) clientConfig(tr loadgen.Transport) loadgen.ClientConfig {
 	return cc
 }
 
-// flagFor names the flag that chose tr's endpoint, for messages.
+// endpointName names what tr measures, by the flag that chose it, for messages.
 func (rs *rampSession) endpointName(tr loadgen.Transport) string {
 	switch {
 	case tr == loadgen.TCP && rs.rc.tcpTarget != "":
