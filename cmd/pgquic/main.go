@@ -24,6 +24,7 @@ type command struct {
 }
 
 var commands = []command{
+	{"ramp", "the TCP vs QUIC comparison: an open-loop ramp across an emulated WAN, beside the ceiling model", runRamp},
 	{"serve", "run the pooler (TCP and QUIC fronts)", runServe},
 	{"edge", "local TCP listener that carries each client connection as a QUIC stream to a pooler", runEdge},
 	{"ceiling", "the model's throughput ceiling of N connections across a round trip (TCP, TLS, QUIC)", runCeiling},

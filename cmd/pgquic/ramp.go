@@ -1,0 +1,346 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/pgquic/pgquic/config"
+	"github.com/pgquic/pgquic/loadgen"
+	"github.com/pgquic/pgquic/loadgen/wan"
+)
+
+const rampUsage = `Usage: pgquic ramp [flags]
+
+Measures how many queries per second a client reaches over TCP and over QUIC
+across an emulated WAN, and where each saturates, beside the ceiling model's
+prediction (sessions / (RTT + execution + pooler overhead)).
+
+With no flags it starts a throwaway PostgreSQL and an in-process pooler
+(pool size 20, TCP front with TLS from a generated certificate, QUIC front),
+puts the WAN emulator (pgquic wan, a child process, RTT 150ms) in front of
+each, and offers a linear ramp of 100 -> 5,000 q/s over 30s, first to 500
+TCP connections, then to 50 QUIC connections x 40 streams. It prints a
+progress line each second, then a summary table, and writes ramp.json and
+report.html into --out.
+
+--dsn uses an existing PostgreSQL behind the in-process pooler.
+--tcp-target and --quic-target measure an existing pooler or server instead
+(PgBouncer, PostgreSQL, a remote pgquic serve); only the targeted transports
+run, across the same emulator. The password, if the target asks for one,
+comes from PGPASSWORD.
+
+Exit codes: 0 done, 1 failure, 2 bad flags, 130 interrupted (Ctrl-C; what
+was measured is still written).
+
+Flags:
+`
+
+// Defaults of the ramp's flags: the default comparison.
+const (
+	defaultRampRTT       = 150 * time.Millisecond
+	defaultRampFrom      = 100
+	defaultRampTo        = 5000
+	defaultRampDuration  = 30 * time.Second
+	defaultRampTCPConns  = 500
+	defaultRampQUICConns = 50
+	defaultRampStreams   = 40
+	defaultCalibrate     = 200
+	// rampOutPrefix names the default output directory,
+	// ramp-YYYYMMDD-HHMMSS in the current directory.
+	rampOutPrefix = "ramp-"
+	// rampInterrupted is the exit code of a ramp stopped by Ctrl-C, as a
+	// shell reports a command killed by SIGINT.
+	rampInterrupted = 130
+)
+
+// rampConfig is what the ramp subcommand's flags describe.
+type rampConfig struct {
+	dsn        string
+	tcpTarget  string
+	quicTarget string
+	pin, ca    string
+	insecure   bool
+	tcpTLS     bool
+
+	rtt, jitter time.Duration
+	loss        float64
+	from, to    float64
+	duration    time.Duration
+	poisson     bool
+
+	tcpConns, quicConns, streams int
+	query                        string
+	poolSize                     int
+	user, database               string
+	calibrate                    int
+
+	out      string
+	jsonFile string
+
+	cpuProfile          string
+	logLevel, logFormat string
+
+	// set holds the names of the flags given explicitly.
+	set map[string]bool
+}
+
+// targetMode reports whether an existing endpoint is measured instead of
+// the in-process pooler.
+func (rc *rampConfig) targetMode() bool { return rc.tcpTarget != "" || rc.quicTarget != "" }
+
+// transports lists the transports the ramp runs, in order: both for the
+// in-process pooler, only the targeted ones in target mode.
+func (rc *rampConfig) transports() []loadgen.Transport {
+	if !rc.targetMode() {
+		return []loadgen.Transport{loadgen.TCP, loadgen.QUIC}
+	}
+	var ts []loadgen.Transport
+	if rc.tcpTarget != "" {
+		ts = append(ts, loadgen.TCP)
+	}
+	if rc.quicTarget != "" {
+		ts = append(ts, loadgen.QUIC)
+	}
+	return ts
+}
+
+// schedule is the arrival plan every transport gets.
+func (rc *rampConfig) schedule() loadgen.Schedule {
+	return loadgen.Schedule{From: rc.from, To: rc.to, Duration: rc.duration, Poisson: rc.poisson, Seed: 1}
+}
+
+// wanConfig is the emulator in front of upstream.
+func (rc *rampConfig) wanConfig(upstream string) wan.Config {
+	return wan.Config{Upstream: upstream, RTT: rc.rtt, Jitter: rc.jitter, Loss: rc.loss}
+}
+
+// rampEnv is what the ramp needs from its surroundings, so tests can run it
+// from the test binary.
+type rampEnv struct {
+	// wan runs the WAN emulator as a child process: `pgquic wan` from this
+	// executable, or a test binary whose TestMain calls wan.MainIfChild.
+	wan wan.ProcessConfig
+	// now gives the time that names the default output directory.
+	now func() time.Time
+}
+
+// runRamp is the ramp subcommand.
+func runRamp(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	rc, err := parseRampFlags(args, stdout, stderr)
+	if err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		if !errors.Is(err, errUsage) {
+			fmt.Fprintf(stderr, "pgquic ramp: %v\nRun 'pgquic ramp --help' for the flags.\n", err)
+		}
+		return 2
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		fmt.Fprintf(stderr, "pgquic ramp: cannot find this executable to run the WAN emulator: %v\n", err)
+		return 1
+	}
+	return rampMain(ctx, rc, rampEnv{wan: wan.ProcessConfig{Path: exe, Args: []string{"wan"}}, now: time.Now}, stdout, stderr)
+}
+
+// parseRampFlags parses and validates the ramp's flags; every problem is
+// reported at once.
+func parseRampFlags(args []string, stdout, stderr io.Writer) (*rampConfig, error) {
+	fs := flag.NewFlagSet("ramp", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	rc := &rampConfig{}
+	fs.StringVar(&rc.dsn, "dsn", "", "PostgreSQL `URL` to use instead of a throwaway PostgreSQL (in target mode: only to measure the execution time)")
+	fs.StringVar(&rc.tcpTarget, "tcp-target", "", "measure this existing `host:port` over TCP (PgBouncer, PostgreSQL, pgquic serve) instead of the in-process pooler")
+	fs.StringVar(&rc.quicTarget, "quic-target", "", "measure this existing pgquic QUIC front `host:port` instead of the in-process pooler")
+	fs.StringVar(&rc.pin, "pin", "", "target mode: trust the server certificate with this SHA-256 `fingerprint`")
+	fs.StringVar(&rc.ca, "ca", "", "target mode: verify the server certificate against this PEM CA `file`")
+	fs.BoolVar(&rc.insecure, "insecure", false, "target mode: do not verify the server certificate")
+	fs.BoolVar(&rc.tcpTLS, "tcp-tls", true, "TCP sessions use TLS (SSLRequest); --tcp-tls=false for plain TCP")
+	fs.Var(durationFlag{&rc.rtt}, "rtt", "emulated round-trip `time`")
+	fs.Var(durationFlag{&rc.jitter}, "jitter", "emulated jitter: each one-way delay is RTT/2 ± this `time` (at most RTT/2)")
+	fs.Var(qpsFlag{&rc.loss}, "loss", "emulated UDP loss `probability` in [0, 1), QUIC only (the relay cannot drop TCP segments)")
+	fs.Var(qpsFlag{&rc.from}, "from", "offered `rate` at the start of the ramp, q/s")
+	fs.Var(qpsFlag{&rc.to}, "to", "offered `rate` at the end of the ramp, q/s")
+	fs.Var(durationFlag{&rc.duration}, "duration", "length of the ramp")
+	fs.BoolVar(&rc.poisson, "poisson", false, "Poisson arrivals along the ramp instead of evenly spaced ones")
+	fs.IntVar(&rc.tcpConns, "tcp-conns", defaultRampTCPConns, "TCP connections (one session each)")
+	fs.IntVar(&rc.quicConns, "quic-conns", defaultRampQUICConns, "QUIC connections")
+	fs.IntVar(&rc.streams, "streams", defaultRampStreams, "sessions (streams) per QUIC connection")
+	fs.StringVar(&rc.query, "query", loadgen.DefaultQuery, "the `SQL` every query runs (simple query protocol)")
+	fs.IntVar(&rc.poolSize, "pool-size", config.DefaultPoolSize, "server connections of the in-process pooler (target mode: the target's, for the model's pool ceiling; 0 leaves it out)")
+	fs.StringVar(&rc.user, "user", "", "user the sessions log in as (default: the --dsn URL's user, else postgres)")
+	fs.StringVar(&rc.database, "database", "", "database the sessions use (default: the --dsn URL's database, else postgres)")
+	fs.IntVar(&rc.calibrate, "calibrate", defaultCalibrate, "sequential queries, without the WAN, whose median latency gives the model's execution time and pooler overhead; 0 skips")
+	fs.StringVar(&rc.out, "out", "", "`directory` for ramp.json and report.html (default ramp-YYYYMMDD-HHMMSS in the current directory; '' with --json writes no directory)")
+	fs.StringVar(&rc.jsonFile, "json", "", "also write the report to this `file`")
+	fs.StringVar(&rc.cpuProfile, "cpuprofile", "", "write a Go CPU profile of this process (client and in-process pooler) during the runs to `file`")
+	fs.StringVar(&rc.logLevel, "log-level", "warn", "log `level` of the pooler, emulator and PostgreSQL messages on stderr: debug, info, warn or error")
+	fs.StringVar(&rc.logFormat, "log-format", config.DefaultLogFormat, "log `format`: text or json")
+	rc.rtt, rc.from, rc.to, rc.duration = defaultRampRTT, defaultRampFrom, defaultRampTo, defaultRampDuration
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), rampUsage)
+		fs.PrintDefaults()
+	}
+	if err := parseFlags(fs, args, stdout); err != nil {
+		return nil, err
+	}
+	rc.set = map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { rc.set[f.Name] = true })
+	if err := rc.validate(); err != nil {
+		return nil, err
+	}
+	rc.fillDefaults()
+	return rc, nil
+}
+
+// validate reports every problem with the flags, each naming its flag.
+func (rc *rampConfig) validate() error {
+	var errs []error
+	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+	for _, t := range []struct{ flag, addr string }{{"tcp-target", rc.tcpTarget}, {"quic-target", rc.quicTarget}} {
+		if t.addr == "" && !rc.set[t.flag] {
+			continue
+		}
+		if host, port, err := net.SplitHostPort(t.addr); err != nil || host == "" || port == "" {
+			bad("--%s %q: want HOST:PORT, such as 127.0.0.1:6432", t.flag, t.addr)
+		}
+	}
+	if rc.dsn != "" {
+		if _, err := pgconn.ParseConfig(rc.dsn); err != nil {
+			bad("--dsn: %v", err)
+		}
+	}
+	modes := 0
+	for _, set := range []bool{rc.pin != "", rc.ca != "", rc.insecure} {
+		if set {
+			modes++
+		}
+	}
+	needVerify := rc.quicTarget != "" || (rc.tcpTarget != "" && rc.tcpTLS)
+	switch {
+	case modes > 1:
+		bad("give at most one of --pin, --ca and --insecure")
+	case !rc.targetMode() && modes > 0:
+		bad("--pin, --ca and --insecure apply to --tcp-target and --quic-target; the in-process pooler's generated certificate is pinned automatically")
+	case needVerify && modes == 0:
+		hint := ""
+		if rc.quicTarget == "" {
+			hint = " (or --tcp-tls=false for plain TCP)"
+		}
+		bad("%s uses TLS: verify the server's certificate with --pin SHA256, --ca FILE or --insecure%s", targetNames(rc), hint)
+	}
+	if rc.ca != "" {
+		if _, err := os.Stat(rc.ca); err != nil {
+			bad("--ca: %v", err)
+		}
+	}
+	if rc.rtt < 0 {
+		bad("--rtt must not be negative (got %v)", rc.rtt)
+	}
+	if rc.jitter < 0 {
+		bad("--jitter must not be negative (got %v)", rc.jitter)
+	} else if rc.rtt >= 0 && rc.jitter > rc.rtt/2 {
+		bad("--jitter %v must not exceed half the --rtt (%v): a one-way delay of RTT/2 ± jitter cannot be negative", rc.jitter, rc.rtt/2)
+	}
+	if rc.loss < 0 || rc.loss >= 1 {
+		bad("--loss must be a probability in [0, 1), such as 0.01 for 1%% (got %v)", rc.loss)
+	}
+	if rc.from < 0 || rc.to < 0 {
+		bad("--from and --to must not be negative (got %v and %v)", rc.from, rc.to)
+	} else if rc.from == 0 && rc.to == 0 {
+		bad("--from and --to are both 0: nothing would be offered")
+	}
+	if rc.duration <= 0 {
+		bad("--duration must be positive (got %v)", rc.duration)
+	}
+	runs := rc.transports()
+	for _, tr := range runs {
+		switch tr {
+		case loadgen.TCP:
+			if rc.tcpConns < 1 {
+				bad("--tcp-conns must be at least 1 (got %d)", rc.tcpConns)
+			}
+		case loadgen.QUIC:
+			if rc.quicConns < 1 {
+				bad("--quic-conns must be at least 1 (got %d)", rc.quicConns)
+			}
+			if rc.streams < 1 {
+				bad("--streams must be at least 1 (got %d)", rc.streams)
+			}
+		}
+	}
+	if strings.TrimSpace(rc.query) == "" {
+		bad("--query must not be empty")
+	}
+	switch {
+	case !rc.targetMode() && rc.poolSize < 1:
+		bad("--pool-size must be at least 1 (got %d)", rc.poolSize)
+	case rc.poolSize < 0:
+		bad("--pool-size must not be negative (got %d)", rc.poolSize)
+	}
+	if rc.calibrate < 0 {
+		bad("--calibrate must not be negative (got %d)", rc.calibrate)
+	}
+	if rc.set["out"] && rc.out == "" && rc.jsonFile == "" {
+		bad("--out '' writes no directory: give --json FILE, or the results would be lost")
+	}
+	if _, err := newLogger(io.Discard, rc.logLevel, rc.logFormat); err != nil {
+		bad("%v", err)
+	}
+	return errors.Join(errs...)
+}
+
+// targetNames names the targets that use TLS, for messages.
+func targetNames(rc *rampConfig) string {
+	var names []string
+	if rc.tcpTarget != "" && rc.tcpTLS {
+		names = append(names, "--tcp-target")
+	}
+	if rc.quicTarget != "" {
+		names = append(names, "--quic-target")
+	}
+	return strings.Join(names, " and ")
+}
+
+// fillDefaults sets the user and database from the DSN, else postgres. In
+// target mode without --pool-size, the target's pool size is unknown.
+func (rc *rampConfig) fillDefaults() {
+	if rc.dsn != "" {
+		if pc, err := pgconn.ParseConfig(rc.dsn); err == nil {
+			if rc.user == "" {
+				rc.user = pc.User
+			}
+			if rc.database == "" {
+				rc.database = pc.Database
+			}
+		}
+	}
+	if rc.user == "" {
+		rc.user = "postgres"
+	}
+	if rc.database == "" {
+		rc.database = "postgres"
+	}
+	if rc.targetMode() && !rc.set["pool-size"] {
+		rc.poolSize = 0
+	}
+}
+
+// outDir is the directory the results go to: --out, or
+// ramp-YYYYMMDD-HHMMSS in the current directory; "" for none.
+func (rc *rampConfig) outDir(now time.Time) string {
+	if rc.set["out"] {
+		return rc.out
+	}
+	return rampOutPrefix + now.Format("20060102-150405")
+}

@@ -1,0 +1,688 @@
+package main
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/x509"
+	"encoding/hex"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"runtime"
+	"runtime/pprof"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/pgquic/pgquic/config"
+	"github.com/pgquic/pgquic/loadgen"
+	"github.com/pgquic/pgquic/loadgen/model"
+	"github.com/pgquic/pgquic/loadgen/report"
+	"github.com/pgquic/pgquic/loadgen/wan"
+	"github.com/pgquic/pgquic/quicfront"
+)
+
+// Bounds of the ramp's set-up steps, so that nothing waits forever.
+const (
+	// rampSetupTimeout bounds starting the in-process pooler (and a
+	// throwaway PostgreSQL's initdb) and the calibration.
+	rampSetupTimeout = 3 * time.Minute
+	// probeTimeout bounds the first connection to each endpoint and its
+	// first query: an unreachable target fails within it.
+	probeTimeout = 5 * time.Second
+	// calibrateBudget bounds the calibration's timed queries per endpoint;
+	// a slow query gets fewer samples rather than a long wait.
+	calibrateBudget = 5 * time.Second
+	// calibrateWarmup queries are run and discarded before timing.
+	calibrateWarmup = 10
+	// rampConnectParallel is how many sessions connect at once before a
+	// run: each costs several emulated round trips.
+	rampConnectParallel = 100
+	// rampShutdownGrace bounds the in-process pooler's drain at exit; by
+	// then every client session is closed.
+	rampShutdownGrace = 5 * time.Second
+)
+
+// transportLabel names a transport as the output and the report show it.
+func transportLabel(tr loadgen.Transport, tls bool) string {
+	if tr == loadgen.TCP && tls {
+		return "tcp+tls"
+	}
+	return string(tr)
+}
+
+// rampSession is one run of the ramp command: everything it started, so
+// that one close tears it all down whatever happened.
+type rampSession struct {
+	rc     *rampConfig
+	env    rampEnv
+	out    io.Writer
+	logger *slog.Logger
+	log    io.Writer // stderr, for the emulator's log at debug and info
+
+	tmpDir     string // the generated certificate of the in-process pooler
+	srv        *server
+	stopSrv    context.CancelFunc
+	srvDone    chan error
+	pin        string                       // the in-process pooler's certificate fingerprint
+	backendDSN string                       // PostgreSQL itself, for calibration; "" when unknown
+	addrs      map[loadgen.Transport]string // what each transport measures
+
+	exec     time.Duration                       // median execution time, direct to PostgreSQL
+	through  map[loadgen.Transport]time.Duration // median through each endpoint without the WAN
+	measured bool                                // exec was measured directly
+}
+
+// rampResult is one transport's measurement with what the summary prints
+// beside the report's figures.
+type rampResult struct {
+	label   string
+	run     report.Run
+	res     *loadgen.Result
+	latency time.Duration // the emulator's mean lateness per hop
+	lateMax time.Duration // and its largest
+	latePkt uint64        // hops the lateness was averaged over
+}
+
+// rampMain runs a validated ramp and returns the exit code.
+func rampMain(ctx context.Context, rc *rampConfig, env rampEnv, stdout, stderr io.Writer) int {
+	logger, _ := newLogger(stderr, rc.logLevel, rc.logFormat) // validated with the flags
+	rs := &rampSession{rc: rc, env: env, out: stdout, logger: logger, log: stderr,
+		addrs: map[loadgen.Transport]string{}, through: map[loadgen.Transport]time.Duration{}}
+	defer rs.close()
+
+	started := env.now()
+	dir := rc.outDir(started)
+	createdDir, err := prepareOut(dir, rc.jsonFile)
+	if err != nil {
+		fmt.Fprintf(stderr, "pgquic ramp: %v\n", err)
+		return 1
+	}
+	fail := func(err error) int {
+		if createdDir {
+			_ = os.Remove(dir) // only if still empty
+		}
+		if ctx.Err() != nil {
+			fmt.Fprintf(stderr, "pgquic ramp: interrupted before anything was measured\n")
+			return rampInterrupted
+		}
+		fmt.Fprintf(stderr, "pgquic ramp: %v\n", err)
+		return 1
+	}
+
+	rs.printScenario()
+	setupCtx, cancel := context.WithTimeout(ctx, rampSetupTimeout)
+	defer cancel()
+	if !rc.targetMode() {
+		if err := rs.startPooler(setupCtx); err != nil {
+			return fail(err)
+		}
+	} else {
+		rs.backendDSN = rc.dsn
+		if rc.tcpTarget != "" {
+			rs.addrs[loadgen.TCP] = rc.tcpTarget
+		}
+		if rc.quicTarget != "" {
+			rs.addrs[loadgen.QUIC] = rc.quicTarget
+		}
+	}
+	if err := rs.calibrate(setupCtx); err != nil {
+		return fail(err)
+	}
+	cancel()
+	rs.printModel()
+
+	rep := rs.newReport(started)
+	if rc.cpuProfile != "" {
+		f, err := os.Create(rc.cpuProfile)
+		if err == nil {
+			err = pprof.StartCPUProfile(f)
+		}
+		if err != nil {
+			return fail(fmt.Errorf("--cpuprofile: %w", err))
+		}
+		defer func() {
+			pprof.StopCPUProfile()
+			_ = f.Close()
+		}()
+	}
+	var results []rampResult
+	var runErr error
+	for _, tr := range rc.transports() {
+		r, err := rs.runTransport(ctx, tr)
+		if r != nil {
+			results = append(results, *r)
+			rep.Runs = append(rep.Runs, r.run)
+		}
+		if err != nil {
+			runErr = err
+			break
+		}
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	if rc.cpuProfile != "" {
+		pprof.StopCPUProfile()
+	}
+	interrupted := ctx.Err() != nil
+
+	if len(results) > 0 {
+		fmt.Fprintln(stdout)
+		printSummary(stdout, rep, results)
+	}
+	if len(rep.Runs) == 0 {
+		if runErr == nil {
+			runErr = errors.New("no transport was measured")
+		}
+		return fail(runErr)
+	}
+	written, werr := writeOutputs(rep, dir, rc.jsonFile)
+	for _, p := range written {
+		fmt.Fprintf(stdout, "wrote %s\n", p)
+	}
+	switch {
+	case werr != nil:
+		fmt.Fprintf(stderr, "pgquic ramp: %v\n", werr)
+		return 1
+	case interrupted:
+		fmt.Fprintf(stderr, "pgquic ramp: interrupted; the results above and in the files cover what was measured\n")
+		return rampInterrupted
+	case runErr != nil:
+		fmt.Fprintf(stderr, "pgquic ramp: %v\n", runErr)
+		return 1
+	}
+	return 0
+}
+
+// prepareOut makes sure the results can be written before anything is
+// measured: it creates dir (reporting whether it did, so a run that
+// measures nothing can remove it again) and checks that jsonFile's
+// directory exists.
+func prepareOut(dir, jsonFile string) (created bool, err error) {
+	if jsonFile != "" {
+		if fi, err := os.Stat(filepath.Dir(jsonFile)); err != nil || !fi.IsDir() {
+			return false, fmt.Errorf("--json %s: its directory does not exist", jsonFile)
+		}
+	}
+	if dir == "" {
+		return false, nil
+	}
+	if _, err := os.Stat(dir); err == nil {
+		return false, nil
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return false, fmt.Errorf("--out: %w", err)
+	}
+	return true, nil
+}
+
+// writeOutputs writes DIR/ramp.json and DIR/report.html (when dir is set)
+// and jsonFile (when set), returning the paths written.
+func writeOutputs(rep *report.Report, dir, jsonFile string) ([]string, error) {
+	var written []string
+	if dir != "" {
+		p := filepath.Join(dir, "ramp.json")
+		if err := rep.WriteJSON(p); err != nil {
+			return written, err
+		}
+		written = append(written, p)
+		p = filepath.Join(dir, "report.html")
+		if err := writeHTMLFile(rep, p); err != nil {
+			return written, err
+		}
+		written = append(written, p)
+	}
+	if jsonFile != "" {
+		if err := rep.WriteJSON(jsonFile); err != nil {
+			return written, err
+		}
+		written = append(written, jsonFile)
+	}
+	return written, nil
+}
+
+// writeHTMLFile renders the report into a temporary file and renames it, so
+// a reader never sees half a page.
+func writeHTMLFile(rep *report.Report, path string) error {
+	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
+	if err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	tmp := f.Name()
+	err = report.WriteHTML(f, rep)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Chmod(tmp, 0o644)
+	}
+	if err == nil {
+		err = os.Rename(tmp, path)
+	}
+	if err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	return nil
+}
+
+// startPooler starts the in-process pooler (and, without --dsn, a
+// throwaway PostgreSQL behind it) with a TCP front whose TLS uses a
+// generated certificate and a QUIC front with the same certificate.
+func (rs *rampSession) startPooler(ctx context.Context) error {
+	rc := rs.rc
+	dir, err := os.MkdirTemp("", "pgquic-ramp-*")
+	if err != nil {
+		return err
+	}
+	rs.tmpDir = dir
+	cert, err := quicfront.GenerateSelfSigned("127.0.0.1")
+	if err != nil {
+		return fmt.Errorf("generate a certificate: %w", err)
+	}
+	keyDER, err := x509.MarshalPKCS8PrivateKey(cert.PrivateKey)
+	if err != nil {
+		return fmt.Errorf("generate a certificate: %w", err)
+	}
+	certFile, keyFile := filepath.Join(dir, "server.crt"), filepath.Join(dir, "server.key")
+	if err := os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: cert.Certificate[0]}), 0o600); err != nil {
+		return err
+	}
+	if err := os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER}), 0o600); err != nil {
+		return err
+	}
+	sum := sha256.Sum256(cert.Certificate[0])
+	rs.pin = hex.EncodeToString(sum[:])
+
+	cfg := config.Default()
+	cfg.TCPListen, cfg.QUICListen, cfg.MetricsListen = "127.0.0.1:0", "127.0.0.1:0", ""
+	cfg.Backend = rc.dsn
+	cfg.PoolSize = rc.poolSize
+	cfg.TLSCert, cfg.TLSKey = certFile, keyFile
+	cfg.ShutdownGrace = rampShutdownGrace
+	cfg.ApplyDefaults()
+	if err := cfg.Validate(); err != nil {
+		return fmt.Errorf("in-process pooler: %w", err)
+	}
+	if rc.dsn == "" {
+		fmt.Fprintln(rs.out, "starting a throwaway PostgreSQL (pass --dsn to use your own)...")
+	}
+	srv, err := startServer(ctx, cfg, rs.logger)
+	if err != nil {
+		return fmt.Errorf("start the in-process pooler: %w", err)
+	}
+	rs.srv = srv
+	runCtx, stop := context.WithCancel(context.Background())
+	rs.stopSrv, rs.srvDone = stop, make(chan error, 1)
+	go func() { rs.srvDone <- srv.Run(runCtx) }()
+
+	rs.backendDSN = rc.dsn
+	if srv.cluster != nil {
+		rs.backendDSN = srv.cluster.SuperURL(rc.database)
+		fmt.Fprintf(rs.out, "PostgreSQL: throwaway cluster on %s:%d (deleted at exit)\n", srv.cluster.Host, srv.cluster.Port)
+	}
+	rs.addrs[loadgen.TCP] = srv.tcp.Addr().String()
+	rs.addrs[loadgen.QUIC] = srv.quic.Addr().String()
+	fmt.Fprintf(rs.out, "pooler: in process, pool_size %d, TCP %s (TLS: generated certificate), QUIC %s\n",
+		rc.poolSize, rs.addrs[loadgen.TCP], rs.addrs[loadgen.QUIC])
+	return nil
+}
+
+// close stops the in-process pooler (and its throwaway PostgreSQL) and
+// removes the generated certificate.
+func (rs *rampSession) close() {
+	if rs.srv != nil {
+		rs.stopSrv()
+		if err := <-rs.srvDone; err != nil {
+			rs.logger.Warn("in-process pooler", "err", err)
+		}
+		rs.srv = nil
+	}
+	if rs.tmpDir != "" {
+		_ = os.RemoveAll(rs.tmpDir)
+		rs.tmpDir = ""
+	}
+}
+
+// clientConfig is the configuration of tr's sessions, straight to the
+// endpoint (the caller adds the relay).
+func (rs *rampSession) clientConfig(tr loadgen.Transport) loadgen.ClientConfig {
+	rc := rs.rc
+	cc := loadgen.ClientConfig{
+		Transport:       tr,
+		Addr:            rs.addrs[tr],
+		User:            rc.user,
+		Database:        rc.database,
+		Query:           rc.query,
+		ConnectTimeout:  probeTimeout + 10*rc.rtt,
+		ConnectParallel: rampConnectParallel,
+	}
+	if rc.targetMode() {
+		cc.Password = os.Getenv("PGPASSWORD")
+		cc.CAFile, cc.PinSHA256, cc.Insecure = rc.ca, rc.pin, rc.insecure
+	} else {
+		cc.PinSHA256 = rs.pin
+	}
+	switch tr {
+	case loadgen.TCP:
+		cc.Conns = rc.tcpConns
+		cc.DisableTLS = !rc.tcpTLS
+	case loadgen.QUIC:
+		cc.Conns, cc.Streams = rc.quicConns, rc.streams
+	}
+	return cc
+}
+
+// endpointName names what tr measures, by the flag that chose it, for messages.
+func (rs *rampSession) endpointName(tr loadgen.Transport) string {
+	switch {
+	case tr == loadgen.TCP && rs.rc.tcpTarget != "":
+		return "--tcp-target " + rs.rc.tcpTarget
+	case tr == loadgen.QUIC && rs.rc.quicTarget != "":
+		return "--quic-target " + rs.rc.quicTarget
+	}
+	return fmt.Sprintf("the in-process pooler's %s front", strings.ToUpper(string(tr)))
+}
+
+// calibrate checks each endpoint and the query before any load (an
+// unreachable target or a failing query ends the ramp here, within
+// seconds) and measures, without the WAN, the median latency of sequential
+// queries: directly on PostgreSQL (the model's execution time) and through
+// each endpoint (minus the execution time: the pooler's overhead).
+func (rs *rampSession) calibrate(ctx context.Context) error {
+	rc := rs.rc
+	if rs.backendDSN != "" {
+		d, err := calibrateDirect(ctx, rs.backendDSN, rc.query, rc.calibrate)
+		if err != nil {
+			return fmt.Errorf("PostgreSQL: %w", err)
+		}
+		rs.exec, rs.measured = d, rc.calibrate > 0
+	}
+	for _, tr := range rc.transports() {
+		cc := rs.clientConfig(tr)
+		cc.Conns, cc.Streams, cc.ConnectTimeout = 1, 1, probeTimeout
+		d, err := calibrateEndpoint(ctx, cc, rc.calibrate, rs.logger)
+		if err != nil {
+			return fmt.Errorf("%s: %w", rs.endpointName(tr), err)
+		}
+		rs.through[tr] = d
+	}
+	return nil
+}
+
+// calibrateDirect connects to PostgreSQL itself and times the query.
+func calibrateDirect(ctx context.Context, dsn, query string, n int) (time.Duration, error) {
+	pctx, cancel := context.WithTimeout(ctx, probeTimeout)
+	conn, err := pgconn.Connect(pctx, dsn)
+	cancel()
+	if err != nil {
+		return 0, fmt.Errorf("cannot connect: %w", err)
+	}
+	defer func() {
+		cctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		_ = conn.Close(cctx)
+	}()
+	return timeQueries(ctx, n, func(ctx context.Context) error {
+		_, err := conn.Exec(ctx, query).ReadAll()
+		return err
+	})
+}
+
+// calibrateEndpoint opens one session to the endpoint of cc and times the
+// query through it.
+func calibrateEndpoint(ctx context.Context, cc loadgen.ClientConfig, n int, logger *slog.Logger) (time.Duration, error) {
+	c, err := loadgen.Connect(ctx, cc, logger)
+	if err != nil {
+		if errors.Is(err, loadgen.ErrConnect) {
+			return 0, fmt.Errorf("cannot connect within %v: %w", cc.ConnectTimeout, err)
+		}
+		return 0, err
+	}
+	defer c.Close()
+	w := c.Workers()[0]
+	return timeQueries(ctx, n, w.Do)
+}
+
+// timeQueries runs the query once (its failure is the caller's error),
+// then a few warm-up queries, then up to n timed ones within
+// calibrateBudget, and returns their median latency (0 when n is 0).
+func timeQueries(ctx context.Context, n int, do func(context.Context) error) (time.Duration, error) {
+	qctx, cancel := context.WithTimeout(ctx, probeTimeout)
+	err := do(qctx)
+	timedOut := qctx.Err() != nil && ctx.Err() == nil
+	cancel()
+	if err != nil {
+		if timedOut {
+			return 0, fmt.Errorf("the query did not answer within %v (check --query): %w", probeTimeout, err)
+		}
+		return 0, fmt.Errorf("the query failed (check --query): %w", err)
+	}
+	if n == 0 {
+		return 0, nil
+	}
+	bctx, cancel := context.WithTimeout(ctx, calibrateBudget)
+	defer cancel()
+	var times []time.Duration
+	for i := 0; i < calibrateWarmup+n; i++ {
+		start := time.Now()
+		if err := do(bctx); err != nil {
+			if bctx.Err() != nil && ctx.Err() == nil && len(times) > 0 {
+				break // out of time: the samples so far will do
+			}
+			return 0, fmt.Errorf("the query failed during calibration: %w", err)
+		}
+		if i >= calibrateWarmup {
+			times = append(times, time.Since(start))
+		}
+	}
+	if len(times) == 0 {
+		return 0, fmt.Errorf("no calibration query finished within %v", calibrateBudget)
+	}
+	slices.Sort(times)
+	return times[len(times)/2], nil
+}
+
+// modelFor returns the execution time and pooler overhead the model uses
+// for tr: the direct median, and the median through the endpoint minus it.
+// Without a direct measurement (target mode without --dsn) the whole
+// median through the endpoint counts as execution time.
+func (rs *rampSession) modelFor(tr loadgen.Transport) (exec, overhead time.Duration) {
+	through := rs.through[tr]
+	if !rs.measured {
+		return through, 0
+	}
+	return rs.exec, max(through-rs.exec, 0)
+}
+
+// predictions returns the model's client-side and pool ceilings for tr.
+func (rs *rampSession) predictions(tr loadgen.Transport) (ceiling, pool float64) {
+	cc := rs.clientConfig(tr)
+	exec, overhead := rs.modelFor(tr)
+	ceiling = model.Ceiling(cc.Sessions(), rs.rc.rtt+exec+overhead)
+	if rs.rc.poolSize > 0 {
+		pool = model.PoolCeiling(rs.rc.poolSize, exec, overhead)
+	}
+	return ceiling, pool
+}
+
+// newReport starts the report with the scenario and the machine.
+func (rs *rampSession) newReport(started time.Time) *report.Report {
+	rc := rs.rc
+	arrivals := "linear"
+	switch {
+	case rc.poisson:
+		arrivals = "poisson"
+	case rc.from == rc.to:
+		arrivals = "constant"
+	}
+	m := &report.Machine{CPUs: runtime.NumCPU(), OS: runtime.GOOS, Arch: runtime.GOARCH, GoVersion: runtime.Version()}
+	if b, err := os.ReadFile("/proc/sys/kernel/osrelease"); err == nil {
+		m.Kernel = strings.TrimSpace(string(b))
+	}
+	return &report.Report{
+		Scenario: report.Scenario{
+			RTTMs: msOf(rc.rtt), JitterMs: msOf(rc.jitter), FromQPS: rc.from, ToQPS: rc.to,
+			DurationS: rc.duration.Seconds(), Query: rc.query, PoolSize: rc.poolSize,
+			Arrivals: arrivals, UDPLoss: rc.loss,
+		},
+		StartedAt: started.UTC(),
+		Machine:   m,
+	}
+}
+
+// runTransport measures one transport: it starts the WAN emulator in front
+// of the endpoint, connects every session through it, runs the ramp and
+// closes the sessions again, so the next transport starts from a quiet
+// pooler. It returns nil and no error when ctx ended before the ramp began.
+func (rs *rampSession) runTransport(ctx context.Context, tr loadgen.Transport) (*rampResult, error) {
+	rc := rs.rc
+	cc := rs.clientConfig(tr)
+	label := transportLabel(tr, cc.TLS())
+	pc := rs.env.wan
+	if rc.logLevel == "debug" || rc.logLevel == "info" {
+		pc.Log = rs.log
+	}
+	// The emulator outlives ctx: the run must stop counting before the
+	// path goes away, or its in-flight queries would turn into errors.
+	emu, err := wan.StartProcess(context.WithoutCancel(ctx), pc, rc.wanConfig(cc.Addr))
+	if err != nil {
+		return nil, fmt.Errorf("%s: start the WAN emulator: %w", label, err)
+	}
+	stopped := false
+	defer func() {
+		if !stopped {
+			_, _ = emu.Stop()
+		}
+	}()
+	cc.Relay = emu.Addr()
+	fmt.Fprintf(rs.out, "\n%s: WAN emulator %s -> %s (pid %d, RTT %v); connecting %s sessions...\n",
+		label, emu.Addr(), cc.Addr, emu.Pid(), rc.rtt, model.FormatQPS(float64(cc.Sessions())))
+	clients, err := loadgen.Connect(ctx, cc, rs.logger)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("%s: connecting %d sessions through the WAN emulator: %w", label, cc.Sessions(), err)
+	}
+	st := clients.Stats
+	fmt.Fprintf(rs.out, "%s: %s sessions connected in %s (each: p50 %s, max %s); ramp %s -> %s q/s over %v\n",
+		label, model.FormatQPS(float64(st.Sessions)), roundDur(st.Total), roundDur(st.P50), roundDur(st.Max),
+		model.FormatQPS(rc.from), model.FormatQPS(rc.to), rc.duration)
+
+	emuBase, _ := emu.CPU()
+	sampler := startCPUSampler(emu)
+	res, err := loadgen.Run(ctx, loadgen.RunConfig{
+		Schedule: rc.schedule(),
+		Grace:    time.Second + 2*rc.rtt,
+		Progress: func(p loadgen.Progress) { printProgress(rs.out, label, p) },
+	}, clients.Workers())
+	perSecond := sampler.stop()
+	emuEnd, _ := emu.CPU()
+	if err != nil {
+		_ = clients.Close()
+		return nil, fmt.Errorf("%s: %w", label, err)
+	}
+	run := res.ReportRun(clients)
+	_ = clients.Close()
+	stats, serr := emu.Stop()
+	stopped = true
+
+	run.Transport = string(tr)
+	run.TLS = cc.TLS()
+	if rc.targetMode() {
+		run.Target = cc.Addr
+	}
+	exec, overhead := rs.modelFor(tr)
+	run.PredictedCeilingQPS, run.PredictedPoolCeilingQPS = rs.predictions(tr)
+	run.ModelExecMs, run.ModelOverheadMs = msOf(exec), msOf(overhead)
+	run.Emulator = &report.Usage{CPUSeconds: (emuEnd - emuBase).Seconds()}
+	prev := emuBase
+	for k := range run.Seconds {
+		if k < len(perSecond) {
+			run.Seconds[k].EmulatorCPUSeconds = max(perSecond[k]-prev, 0).Seconds()
+			prev = perSecond[k]
+		}
+	}
+	r := &rampResult{label: label, run: run, res: res}
+	if serr == nil {
+		var late, lateMax time.Duration
+		var hops uint64
+		if tr == loadgen.TCP {
+			late = stats.TCP.Up.Late.Total + stats.TCP.Down.Late.Total
+			lateMax = max(stats.TCP.Up.Late.Max, stats.TCP.Down.Late.Max)
+			hops = stats.TCP.Up.Chunks + stats.TCP.Down.Chunks
+		} else {
+			late = stats.UDP.Up.Late.Total + stats.UDP.Down.Late.Total
+			lateMax = max(stats.UDP.Up.Late.Max, stats.UDP.Down.Late.Max)
+			hops = stats.UDP.Up.Packets + stats.UDP.Down.Packets
+		}
+		if hops > 0 {
+			r.latency, r.lateMax, r.latePkt = late/time.Duration(hops), lateMax, hops
+		}
+	} else {
+		rs.logger.Warn("WAN emulator counters", "err", serr)
+	}
+	return r, nil
+}
+
+// cpuSampler reads the emulator's CPU time at the end of every second of a
+// run, from a goroutine of its own so the dispatcher never waits on /proc.
+type cpuSampler struct {
+	stopc   chan struct{}
+	done    chan struct{}
+	samples []time.Duration // cumulative CPU at the end of second k
+}
+
+func startCPUSampler(p *wan.Process) *cpuSampler {
+	s := &cpuSampler{stopc: make(chan struct{}), done: make(chan struct{})}
+	start := time.Now()
+	go func() {
+		defer close(s.done)
+		for k := 1; ; k++ {
+			t := time.NewTimer(time.Until(start.Add(time.Duration(k) * time.Second)))
+			select {
+			case <-s.stopc:
+				t.Stop()
+				return
+			case <-t.C:
+			}
+			cpu, err := p.CPU()
+			if err != nil {
+				return
+			}
+			s.samples = append(s.samples, cpu)
+		}
+	}()
+	return s
+}
+
+// stop ends the sampling and returns the cumulative readings.
+func (s *cpuSampler) stop() []time.Duration {
+	close(s.stopc)
+	<-s.done
+	return s.samples
+}
+
+// msOf converts a duration to milliseconds.
+func msOf(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// roundDur prints a duration with a sensible precision.
+func roundDur(d time.Duration) string {
+	switch {
+	case d >= 10*time.Second:
+		return d.Round(100 * time.Millisecond).String()
+	case d >= time.Second:
+		return d.Round(10 * time.Millisecond).String()
+	case d >= time.Millisecond:
+		return d.Round(100 * time.Microsecond).String()
+	}
+	return d.Round(time.Microsecond).String()
+}
