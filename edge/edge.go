@@ -27,8 +27,8 @@ import (
 	"github.com/pgquic/pgquic/quicclient"
 )
 
-// DefaultStartupTimeout bounds how long a local client may take to send its
-// startup packet.
+// DefaultStartupTimeout (10 s) bounds how long a local client may take to
+// send its startup packet.
 const DefaultStartupTimeout = defaults.EdgeStartupTimeout
 
 // Config configures the edge sidecar.

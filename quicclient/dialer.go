@@ -29,18 +29,18 @@ import (
 
 // Defaults of DialerConfig, applied to zero fields.
 const (
-	// DefaultConns is how many QUIC connections a Dialer keeps.
+	// DefaultConns (4) is how many QUIC connections a Dialer keeps.
 	DefaultConns = defaults.DialerConns
-	// DefaultALPN is the application protocol of the QUIC wire contract,
-	// version 1; the server front offers the same by default.
+	// DefaultALPN ("pgquic/1") is the application protocol of the QUIC
+	// wire contract, version 1; the server front offers the same by default.
 	DefaultALPN = pgproto.ALPN
-	// DefaultKeepAlivePeriod sends a keep-alive on a quiet connection, well
-	// under DefaultIdleTimeout and typical UDP NAT timeouts.
+	// DefaultKeepAlivePeriod (15 s) sends a keep-alive on a quiet
+	// connection, well under DefaultIdleTimeout and typical UDP NAT timeouts.
 	DefaultKeepAlivePeriod = defaults.QUICKeepAlivePeriod
-	// DefaultIdleTimeout is quic MaxIdleTimeout.
+	// DefaultIdleTimeout (60 s) is quic MaxIdleTimeout.
 	DefaultIdleTimeout = defaults.QUICIdleTimeout
-	// DefaultMaxStreamsPerConn is the soft cap of streams per connection,
-	// the stream credit the server front grants by default.
+	// DefaultMaxStreamsPerConn (1000) is the soft cap of streams per
+	// connection, the stream credit the server front grants by default.
 	DefaultMaxStreamsPerConn = defaults.QUICMaxStreamsPerConn
 )
 

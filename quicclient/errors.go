@@ -17,20 +17,20 @@ type ErrorCode = pgproto.QUICErrorCode
 // The codes a client may see. The numbers are part of the wire contract and
 // never change meaning.
 const (
-	// ErrCodeNoError: a session or connection simply ended.
+	// ErrCodeNoError (0): a session or connection simply ended.
 	ErrCodeNoError = pgproto.QUICNoError
-	// ErrCodeInternal: a failure inside pgquic.
+	// ErrCodeInternal (1): a failure inside pgquic.
 	ErrCodeInternal = pgproto.QUICInternal
-	// ErrCodeServerShutdown: the server is shutting down; re-dial.
+	// ErrCodeServerShutdown (2): the server is shutting down; re-dial.
 	ErrCodeServerShutdown = pgproto.QUICServerShutdown
-	// ErrCodeTooManyConns: the server refused the connection at its bound.
+	// ErrCodeTooManyConns (3): the server refused the connection at its bound.
 	ErrCodeTooManyConns = pgproto.QUICTooManyConns
-	// ErrCodeStartupTimeout: the startup packet did not arrive in time.
+	// ErrCodeStartupTimeout (4): the startup packet did not arrive in time.
 	ErrCodeStartupTimeout = pgproto.QUICStartupTimeout
-	// ErrCodeAborted: the stream ended without a clean FIN.
+	// ErrCodeAborted (5): the stream ended without a clean FIN.
 	ErrCodeAborted = pgproto.QUICAborted
-	// ErrCodeTooManyStreams: the server runs its bound of sessions; retry
-	// later or use fewer sessions.
+	// ErrCodeTooManyStreams (6): the server runs its bound of sessions;
+	// retry later or use fewer sessions.
 	ErrCodeTooManyStreams = pgproto.QUICTooManyStreams
 )
 
