@@ -11,14 +11,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
-)
 
-// Protocol codes sent in place of a protocol version in the first packet, from
-// "Message Formats" in the PostgreSQL documentation
-// (https://www.postgresql.org/docs/current/protocol-message-formats.html).
-const (
-	cancelRequestCode = 80877102
-	sslRequestCode    = 80877103
+	"github.com/pgquic/pgquic/internal/pgproto"
 )
 
 // cancelTarget says where and how to reach the server process with a given
@@ -74,7 +68,7 @@ func (p *Pool) Cancel(ctx context.Context, pid uint32, secretKey []byte) error {
 
 	buf := make([]byte, 12+len(secretKey))
 	binary.BigEndian.PutUint32(buf[0:4], uint32(len(buf)))
-	binary.BigEndian.PutUint32(buf[4:8], cancelRequestCode)
+	binary.BigEndian.PutUint32(buf[4:8], pgproto.CancelRequestCode)
 	binary.BigEndian.PutUint32(buf[8:12], pid)
 	copy(buf[12:], secretKey)
 	if _, err := conn.Write(buf); err != nil {
@@ -113,7 +107,7 @@ func (p *Pool) cancelTargetFor(pid uint32) cancelTarget {
 func startTLS(ctx context.Context, nc net.Conn, cfg *tls.Config) (net.Conn, error) {
 	var req [8]byte
 	binary.BigEndian.PutUint32(req[0:4], 8)
-	binary.BigEndian.PutUint32(req[4:8], sslRequestCode)
+	binary.BigEndian.PutUint32(req[4:8], pgproto.SSLRequestCode)
 	if _, err := nc.Write(req[:]); err != nil {
 		return nil, fmt.Errorf("send SSLRequest: %w", err)
 	}

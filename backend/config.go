@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/pgquic/pgquic/internal/defaults"
 )
 
 // Defaults applied by PoolConfig when a field is left at its zero value.
@@ -11,17 +13,17 @@ const (
 	// DefaultPoolSize is the default maximum number of server connections
 	// per pool; PostgreSQL's default max_connections is 100, so a handful of
 	// pools fit under it.
-	DefaultPoolSize = 20
+	DefaultPoolSize = defaults.PoolSize
 	// DefaultConnectTimeout bounds dialing plus authentication of one server
 	// connection.
-	DefaultConnectTimeout = 5 * time.Second
+	DefaultConnectTimeout = defaults.ServerConnectTimeout
 	// DefaultServerLifetime is how long a server connection may live before
 	// it is replaced the next time it is idle, which bounds server-side
 	// memory growth (catalog caches, plan caches) of long-lived backends.
-	DefaultServerLifetime = time.Hour
+	DefaultServerLifetime = defaults.ServerLifetime
 	// DefaultServerIdleTimeout is how long a surplus connection (above
 	// MinPool) may sit idle before it is closed.
-	DefaultServerIdleTimeout = 10 * time.Minute
+	DefaultServerIdleTimeout = defaults.ServerIdleTimeout
 	// DefaultHealthCheckAfter is the idle time after which Acquire checks a
 	// connection with a round trip before handing it out.
 	DefaultHealthCheckAfter = 30 * time.Second

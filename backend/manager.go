@@ -12,6 +12,9 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/pgquic/pgquic/internal/defaults"
+	"github.com/pgquic/pgquic/internal/pgproto"
 )
 
 // Wildcard matches any database in Route.Database and any user in Route.User
@@ -44,13 +47,13 @@ const (
 	// 27 metric series and its own server connections, and clients
 	// choose the names that create them; 100 covers a server with many
 	// small databases while keeping all of that bounded.
-	DefaultMaxPools = 100
+	DefaultMaxPools = defaults.MaxPools
 	// DefaultPoolIdleTimeout is how long a wildcard pool may go unused (no
 	// connection lent out, no Acquire) before it is closed and forgotten.
 	// It matches DefaultServerIdleTimeout: by then a quiet pool has shrunk
 	// to MinPool anyway, and those warm connections cost the server more
 	// than reopening them costs a rare client.
-	DefaultPoolIdleTimeout = 10 * time.Minute
+	DefaultPoolIdleTimeout = defaults.PoolIdleTimeout
 )
 
 // ManagerConfig lists the routes of a Manager.
@@ -325,7 +328,8 @@ var retireReasons = [...]string{retireRejected, retireIdle}
 // database does not exist), invalid_authorization_specification (the role
 // does not exist or pg_hba.conf rejects it), invalid_password, and
 // insufficient_privilege (no CONNECT privilege).
-var loginRejectedCodes = [...]string{"3D000", "28000", "28P01", "42501"}
+var loginRejectedCodes = [...]string{pgproto.CodeInvalidCatalogName, pgproto.CodeInvalidAuthSpec,
+	pgproto.CodeInvalidPassword, pgproto.CodeInsufficientPrivilege}
 
 // loginRejected reports whether err is a server's refusal of the database
 // or user a connection named.

@@ -12,6 +12,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/pgquic/pgquic/internal/pgproto"
 	"github.com/pgquic/pgquic/internal/wire"
 )
 
@@ -265,7 +266,7 @@ func TestCancelSendsCancelRequest(t *testing.T) {
 		t.Fatal(err)
 	}
 	b := <-got
-	if len(b) != 16 || binary.BigEndian.Uint32(b[0:4]) != 16 || binary.BigEndian.Uint32(b[4:8]) != cancelRequestCode ||
+	if len(b) != 16 || binary.BigEndian.Uint32(b[0:4]) != 16 || binary.BigEndian.Uint32(b[4:8]) != pgproto.CancelRequestCode ||
 		binary.BigEndian.Uint32(b[8:12]) != 4242 || string(b[12:]) != "\x01\x02\x03\x04" {
 		t.Fatalf("CancelRequest bytes % x", b)
 	}

@@ -21,34 +21,39 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"gopkg.in/yaml.v3"
+
+	"github.com/pgquic/pgquic/internal/defaults"
+	"github.com/pgquic/pgquic/internal/pgproto"
 )
 
 // Default values. They are exported so that flag help texts and tests can
-// quote them instead of repeating literals.
+// quote them instead of repeating literals. Those the pooler, the backend
+// pools and the fronts apply as well come from internal/defaults (the ALPN
+// from internal/pgproto), so each is written down once.
 const (
 	DefaultTCPListen            = "127.0.0.1:6432"
 	DefaultQUICListen           = "127.0.0.1:6432"
 	DefaultMetricsListen        = "127.0.0.1:9187"
-	DefaultMode                 = "transaction"
-	DefaultRoleChanges          = "refuse"
-	DefaultClientStatementBytes = 16 << 20
-	DefaultPoolSize             = 20
+	DefaultMode                 = defaults.Mode
+	DefaultRoleChanges          = defaults.RoleChanges
+	DefaultClientStatementBytes = defaults.ClientStatementBytes
+	DefaultPoolSize             = defaults.PoolSize
 	DefaultMinPool              = 2
-	DefaultMaxPools             = 100
-	DefaultPoolIdleTimeout      = 10 * time.Minute
-	DefaultMaxClientConn        = 10000
-	DefaultMaxStartingClients   = 2000
-	DefaultMaxStartingPerSource = 500
-	DefaultALPN                 = "pgquic/1"
-	DefaultQUICMaxStreams       = 1000
+	DefaultMaxPools             = defaults.MaxPools
+	DefaultPoolIdleTimeout      = defaults.PoolIdleTimeout
+	DefaultMaxClientConn        = defaults.MaxClients
+	DefaultMaxStartingClients   = defaults.MaxStartingClients
+	DefaultMaxStartingPerSource = defaults.MaxStartingPerSource
+	DefaultALPN                 = pgproto.ALPN
+	DefaultQUICMaxStreams       = defaults.QUICMaxStreamsPerConn
 	DefaultAuthMethod           = "trust"
-	DefaultStartupTimeout       = 15 * time.Second
-	DefaultAcquireTimeout       = 30 * time.Second
-	DefaultServerLifetime       = time.Hour
-	DefaultServerIdleTimeout    = 10 * time.Minute
-	DefaultServerConnectTimeout = 5 * time.Second
-	DefaultStatementCacheSize   = 256
-	DefaultMaxMessageBytes      = 64 << 20
+	DefaultStartupTimeout       = defaults.StartupTimeout
+	DefaultAcquireTimeout       = defaults.AcquireTimeout
+	DefaultServerLifetime       = defaults.ServerLifetime
+	DefaultServerIdleTimeout    = defaults.ServerIdleTimeout
+	DefaultServerConnectTimeout = defaults.ServerConnectTimeout
+	DefaultStatementCacheSize   = defaults.StatementCacheSize
+	DefaultMaxMessageBytes      = defaults.MaxMessageLen
 	DefaultShutdownGrace        = 30 * time.Second
 	DefaultLogLevel             = "info"
 	DefaultLogFormat            = "text"

@@ -20,6 +20,7 @@ import (
 	"github.com/pgquic/pgquic/backend"
 	"github.com/pgquic/pgquic/internal/pgtest"
 	"github.com/pgquic/pgquic/pooler"
+	"github.com/pgquic/pgquic/quicclient"
 	"github.com/pgquic/pgquic/quicfront"
 	"github.com/pgquic/pgquic/tcpfront"
 )
@@ -154,7 +155,7 @@ func newStack(t *testing.T) *stack {
 		cluster:  c,
 		tcpAddr:  ts.Addr().String(),
 		quicAddr: qs.Addr().String(),
-		pin:      quicfront.Fingerprint(cert.Certificate[0]),
+		pin:      quicclient.Fingerprint(cert.Certificate[0]),
 	}
 }
 

@@ -1,7 +1,6 @@
 package loadgen
 
-// The only file that knows which package provides the QUIC client: when the
-// Dialer moves to its own client package, only the import below changes.
+// The only file that knows which package provides the QUIC client.
 
 import (
 	"crypto/tls"
@@ -10,7 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 
-	"github.com/pgquic/pgquic/quicfront"
+	"github.com/pgquic/pgquic/quicclient"
 )
 
 // newQUICDial returns a pgconn DialFunc whose every call opens a stream on
@@ -18,7 +17,7 @@ import (
 // while others have room), a function counting live connections, and the
 // Dialer's Close.
 func newQUICDial(cfg ClientConfig, logger *slog.Logger) (pgconn.DialFunc, func() int, func() error, error) {
-	dc := quicfront.DialerConfig{
+	dc := quicclient.DialerConfig{
 		Addr:              cfg.dialAddr(),
 		Conns:             cfg.Conns,
 		MaxStreamsPerConn: cfg.Streams,
@@ -39,7 +38,7 @@ func newQUICDial(cfg ClientConfig, logger *slog.Logger) (pgconn.DialFunc, func()
 		}
 		dc.TLSConfig = tc
 	}
-	d, err := quicfront.NewDialer(dc, logger)
+	d, err := quicclient.NewDialer(dc, logger)
 	if err != nil {
 		return nil, nil, nil, err
 	}

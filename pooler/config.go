@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/pgquic/pgquic/internal/defaults"
 )
 
 // Mode selects how long a client keeps a server connection.
@@ -113,18 +115,19 @@ type Config struct {
 	MaxStartingPerSource int
 }
 
-// Validate checks the configuration and fills in defaults.
+// Validate checks the configuration and fills in defaults (from
+// internal/defaults, which the configuration file and the fronts share).
 func (c *Config) Validate() error {
 	switch c.Mode {
 	case "":
-		c.Mode = ModeTransaction
+		c.Mode = defaults.Mode
 	case ModeTransaction, ModeSession:
 	default:
 		return fmt.Errorf("pooler: unknown mode %q (want transaction or session)", c.Mode)
 	}
 	switch c.RoleChanges {
 	case "":
-		c.RoleChanges = RoleChangesRefuse
+		c.RoleChanges = defaults.RoleChanges
 	case RoleChangesRefuse, RoleChangesPin:
 	default:
 		return fmt.Errorf("pooler: unknown role change policy %q (want refuse or pin)", c.RoleChanges)
@@ -136,37 +139,37 @@ func (c *Config) Validate() error {
 		return errors.New("pooler: timeouts must not be negative")
 	}
 	if c.MaxClients == 0 {
-		c.MaxClients = 10000
+		c.MaxClients = defaults.MaxClients
 	}
 	if c.MaxMessageLen == 0 {
-		c.MaxMessageLen = 64 << 20
+		c.MaxMessageLen = defaults.MaxMessageLen
 	}
 	if c.StartupTimeout == 0 {
-		c.StartupTimeout = 15 * time.Second
+		c.StartupTimeout = defaults.StartupTimeout
 	}
 	if c.AcquireTimeout == 0 {
-		c.AcquireTimeout = 30 * time.Second
+		c.AcquireTimeout = defaults.AcquireTimeout
 	}
 	if c.StatementCacheSize == 0 {
-		c.StatementCacheSize = 256
+		c.StatementCacheSize = defaults.StatementCacheSize
 	}
 	if c.ClientStatementLimit == 0 {
-		c.ClientStatementLimit = 10000
+		c.ClientStatementLimit = defaults.ClientStatementLimit
 	}
 	if c.ClientStatementBytes == 0 {
-		c.ClientStatementBytes = 16 << 20
+		c.ClientStatementBytes = defaults.ClientStatementBytes
 	}
 	if c.ResetQuery == "" {
-		c.ResetQuery = "DISCARD ALL"
+		c.ResetQuery = defaults.ResetQuery
 	}
 	if c.MaxStartingClients < 0 || c.MaxStartingPerSource < 0 {
 		return errors.New("pooler: limits must not be negative")
 	}
 	if c.MaxStartingClients == 0 {
-		c.MaxStartingClients = 2000
+		c.MaxStartingClients = defaults.MaxStartingClients
 	}
 	if c.MaxStartingPerSource == 0 {
-		c.MaxStartingPerSource = 500
+		c.MaxStartingPerSource = defaults.MaxStartingPerSource
 	}
 	return nil
 }

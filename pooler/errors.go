@@ -20,27 +20,10 @@ var ErrShuttingDown = errors.New("pooler is shutting down")
 // told it why (57P01 after pg_terminate_backend, for instance).
 var ErrServerLost = errors.New("server connection lost")
 
-// SQLSTATE codes the pooler sends itself. See PostgreSQL's "Appendix A.
-// PostgreSQL Error Codes".
-const (
-	codeProtocolViolation    = "08P01"
-	codeConnectionFailure    = "08006"
-	codeTooManyConnections   = "53300"
-	codeOutOfMemory          = "53200"
-	codeProgramLimitExceeded = "54000"
-	codeInvalidPassword      = "28P01"
-	codeInvalidAuthSpec      = "28000"
-	codeInvalidCatalogName   = "3D000"
-	codeAdminShutdown        = "57P01"
-	codeDuplicatePStatement  = "42P05"
-	codeUndefinedPStatement  = "26000"
-	codeFeatureNotSupported  = "0A000"
-	codeInsufficientResource = "53400"
-	codeQueryCanceled        = "57014"
-)
-
 // PGError is an error destined for the client as an ErrorResponse. It wraps
-// the cause so callers can still match it with errors.Is.
+// the cause so callers can still match it with errors.Is. The SQLSTATEs the
+// pooler raises itself are the Code constants of internal/pgproto, which the
+// fronts share.
 type PGError struct {
 	Severity string // ERROR or FATAL
 	Code     string // SQLSTATE

@@ -5,6 +5,7 @@ import (
 	"unsafe"
 
 	"github.com/pgquic/pgquic/backend"
+	"github.com/pgquic/pgquic/internal/pgproto"
 	"github.com/pgquic/pgquic/internal/sqllex"
 )
 
@@ -115,7 +116,7 @@ func (s *session) checkIdentity(info sqlInfo) error {
 	}
 	return &PGError{
 		Severity: "ERROR",
-		Code:     codeFeatureNotSupported,
+		Code:     pgproto.CodeFeatureNotSupported,
 		Message:  "SET ROLE, SET SESSION AUTHORIZATION and SET SESSION CHARACTERISTICS are not supported outside a transaction block in transaction pooling mode",
 		Hint:     "Use SET LOCAL ROLE inside BEGIN ... COMMIT, or connect in session mode; the pooler's role_changes setting \"pin\" keeps such clients on one server connection instead.",
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgproto3"
 
 	"github.com/pgquic/pgquic/backend"
+	"github.com/pgquic/pgquic/internal/pgproto"
 )
 
 // trackedReported are the run-time parameters the server reports with
@@ -236,7 +237,7 @@ func exchange(conn *backend.Conn, sql string, deadline time.Time, onParam func(n
 	nc := conn.NetConn()
 	_ = nc.SetDeadline(deadline)
 	defer func() { _ = nc.SetDeadline(time.Time{}) }()
-	lost := func(err error) error { return fatal(codeConnectionFailure, "server connection lost", err) }
+	lost := func(err error) error { return fatal(pgproto.CodeConnectionFailure, "server connection lost", err) }
 	if _, err := conn.W.Write(appendQuery(nil, sql)); err != nil {
 		return lost(err)
 	}

@@ -1,48 +1,13 @@
 package pooler
 
-import (
-	"context"
-	"io"
-	"net"
-)
+import "github.com/pgquic/pgquic/internal/front"
 
 // Peer describes the client end of a session as the front end that accepted
-// it knows it. The pooler never learns which transport carries the bytes; it
-// only needs the facts below to decide about TLS, authentication and logging.
-type Peer struct {
-	// Addr is the client's address, used for logs and to recognise loopback
-	// clients for trust authentication. It may be nil.
-	Addr net.Addr
+// it knows it (its address, whether the transport is encrypted, how to start
+// TLS, how to probe for a vanished client). It is the contract the fronts
+// and the pooler share, defined in internal/front so that neither imports
+// the other.
+type Peer = front.Peer
 
-	// Transport names the front end ("tcp", "quic") in logs and metrics.
-	Transport string
-
-	// Secure reports that the transport is already encrypted (a QUIC stream,
-	// or a TCP connection after TLS). An SSLRequest on a secure transport is
-	// answered 'N' and the session continues in the clear inside it.
-	Secure bool
-
-	// StartTLS, when non-nil, is called after the pooler answered 'S' to an
-	// SSLRequest. It performs the TLS handshake on the underlying connection
-	// and returns the encrypted stream that replaces the session's one. When
-	// nil, SSLRequest is answered 'N'.
-	StartTLS func(ctx context.Context) (io.ReadWriteCloser, error)
-
-	// RequireTLS makes the pooler refuse a StartupMessage that arrives
-	// without TLS on a transport that is not Secure (SQLSTATE 28000).
-	RequireTLS bool
-
-	// Probe, when non-nil, tells whether the client is still connected
-	// without reading from the connection or waiting: nil means it may still
-	// be there, an error that it is gone for good (the peer closed or reset
-	// its end). While the session's goroutine waits on the server (reading a
-	// query's replies, or waiting for a server connection) it does not read
-	// the client and cannot see it leave; the pooler's watcher calls Probe,
-	// from its own goroutine and concurrently with the session, for
-	// sessions that have been waiting that way for at least a quarter of a
-	// second, and cancels the request of a client that is gone so its server
-	// connection is freed at once instead of when the query ends. Fronts
-	// whose own transport already reports a lost client through the
-	// session's context (QUIC) leave it nil.
-	Probe func() error
-}
+// A Pooler is what the fronts hand their sessions to.
+var _ front.Handler = (*Pooler)(nil)

@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgproto3"
 
 	"github.com/pgquic/pgquic/backend"
+	"github.com/pgquic/pgquic/internal/pgproto"
 	"github.com/pgquic/pgquic/internal/wire"
 )
 
@@ -321,11 +322,11 @@ func (s *session) relayOne(a *attachment) relayResult {
 // request at hand still fails; the next one does not. s.mu must be held.
 func (s *session) statementError(a *attachment, e *entry, body []byte) {
 	switch code := errorCode(body); {
-	case code == codeDuplicatePStatement && e.kind == eParse:
+	case code == pgproto.CodeDuplicatePStatement && e.kind == eParse:
 		a.st.remove(e.stmt)
 		a.st.maybe[e.stmt] = struct{}{}
 		e.stmt = "" // already handled: discard must not forget it again
-	case code == codeUndefinedPStatement && (e.kind == eBind || e.kind == eDescribe):
+	case code == pgproto.CodeUndefinedPStatement && (e.kind == eBind || e.kind == eDescribe):
 		a.st.remove(e.stmt)
 	}
 }
@@ -444,7 +445,7 @@ func (s *session) serverLost(a *attachment, err error) {
 	s.busy.Store(false)
 	s.mu.Unlock()
 	if !gone {
-		pe := fatal(codeConnectionFailure, "server connection lost", errors.Join(ErrServerLost, err))
+		pe := fatal(pgproto.CodeConnectionFailure, "server connection lost", errors.Join(ErrServerLost, err))
 		s.p.m.errors.WithLabelValues(pe.Code).Inc()
 		_ = s.writeClient(pe.encode(nil))
 		_ = s.flushClient()

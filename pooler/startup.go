@@ -14,16 +14,8 @@ import (
 	"github.com/jackc/pgx/v5/pgproto3"
 
 	"github.com/pgquic/pgquic/backend"
+	"github.com/pgquic/pgquic/internal/pgproto"
 	"github.com/pgquic/pgquic/internal/wire"
-)
-
-// Startup packet codes from the PostgreSQL protocol ("Message Formats":
-// SSLRequest, GSSENCRequest, CancelRequest, StartupMessage).
-const (
-	codeSSLRequest    = 80877103
-	codeGSSENCRequest = 80877104
-	codeCancelRequest = 80877102
-	protocolMajor3    = 3
 )
 
 // Bounds on a client's authentication messages, PostgreSQL's own, counting
@@ -153,7 +145,7 @@ func (s *session) startup(ctx context.Context) error {
 	src := sourceOf(s.peer.Addr)
 	if msg, ok := s.p.starting.acquire(src, s.p.cfg.MaxStartingClients, s.p.cfg.MaxStartingPerSource); !ok {
 		s.log.Info("refusing a session: too many still authenticating", "source", src)
-		return s.fail(fatal(codeTooManyConnections, msg, errTooManyStarting))
+		return s.fail(fatal(pgproto.CodeTooManyConnections, msg, errTooManyStarting))
 	}
 	held := true
 	authenticated := func() {
@@ -175,17 +167,17 @@ func (s *session) readStartup(ctx context.Context) (*startupParams, error) {
 		body, err := s.cr.ReadStartup()
 		if err != nil {
 			if errors.Is(err, wire.ErrBadLength) || errors.Is(err, wire.ErrMessageTooLarge) {
-				return nil, s.fail(fatal(codeProtocolViolation, "invalid length of startup packet", err))
+				return nil, s.fail(fatal(pgproto.CodeProtocolViolation, "invalid length of startup packet", err))
 			}
 			return nil, fmt.Errorf("reading startup packet: %w", err)
 		}
 		code := binary.BigEndian.Uint32(body)
 		switch code {
-		case codeSSLRequest:
+		case pgproto.SSLRequestCode:
 			if s.cr.Buffered() > 0 {
 				// Bytes after an SSLRequest would be read as if encrypted
 				// (CVE-2021-23214); PostgreSQL refuses them too.
-				return nil, s.fail(fatal(codeProtocolViolation, "received unencrypted data after SSL request", nil))
+				return nil, s.fail(fatal(pgproto.CodeProtocolViolation, "received unencrypted data after SSL request", nil))
 			}
 			if s.peer.StartTLS == nil || s.secure {
 				if err := s.writeRaw([]byte{'N'}); err != nil {
@@ -203,15 +195,15 @@ func (s *session) readStartup(ctx context.Context) (*startupParams, error) {
 			s.setStream(rwc)
 			s.secure = true
 			continue
-		case codeGSSENCRequest:
+		case pgproto.GSSEncRequestCode:
 			if s.cr.Buffered() > 0 {
-				return nil, s.fail(fatal(codeProtocolViolation, "received unencrypted data after GSSAPI encryption request", nil))
+				return nil, s.fail(fatal(pgproto.CodeProtocolViolation, "received unencrypted data after GSSAPI encryption request", nil))
 			}
 			if err := s.writeRaw([]byte{'N'}); err != nil {
 				return nil, err
 			}
 			continue
-		case codeCancelRequest:
+		case pgproto.CancelRequestCode:
 			if len(body) < 8 || len(body) > 4+4+256 {
 				return nil, errCancelHandled
 			}
@@ -221,9 +213,10 @@ func (s *session) readStartup(ctx context.Context) (*startupParams, error) {
 			return nil, errCancelHandled
 		}
 		major, minor := code>>16, uint16(code&0xffff)
-		if major != protocolMajor3 {
-			return nil, s.fail(fatal(codeFeatureNotSupported,
-				fmt.Sprintf("unsupported frontend protocol %d.%d: server supports 3.0 to 3.0", major, minor), nil))
+		if major != pgproto.ProtocolMajor {
+			return nil, s.fail(fatal(pgproto.CodeFeatureNotSupported,
+				fmt.Sprintf("unsupported frontend protocol %d.%d: server supports %d.0 to %d.%d", major, minor,
+					pgproto.ProtocolMajor, pgproto.ProtocolMajor, pgproto.ProtocolMinor), nil))
 		}
 		sp, perr := parseStartup(body[4:])
 		if perr != nil {
@@ -240,17 +233,17 @@ func parseStartup(b []byte) (*startupParams, *PGError) {
 	for {
 		name, rest, ok := wire.CString(b)
 		if !ok {
-			return nil, fatal(codeProtocolViolation, "invalid startup packet layout: expected terminator as last byte", nil)
+			return nil, fatal(pgproto.CodeProtocolViolation, "invalid startup packet layout: expected terminator as last byte", nil)
 		}
 		if len(name) == 0 {
 			if len(rest) != 0 {
-				return nil, fatal(codeProtocolViolation, "invalid startup packet layout: expected terminator as last byte", nil)
+				return nil, fatal(pgproto.CodeProtocolViolation, "invalid startup packet layout: expected terminator as last byte", nil)
 			}
 			break
 		}
 		val, rest2, ok := wire.CString(rest)
 		if !ok {
-			return nil, fatal(codeProtocolViolation, "invalid startup packet layout: missing value", nil)
+			return nil, fatal(pgproto.CodeProtocolViolation, "invalid startup packet layout: missing value", nil)
 		}
 		b = rest2
 		k, v := string(name), string(val)
@@ -261,7 +254,7 @@ func parseStartup(b []byte) (*startupParams, *PGError) {
 			sp.db = v
 		case k == "replication":
 			if v != "false" && v != "0" && v != "off" && v != "no" {
-				return nil, fatal(codeFeatureNotSupported, "replication connections are not supported by the pooler", nil)
+				return nil, fatal(pgproto.CodeFeatureNotSupported, "replication connections are not supported by the pooler", nil)
 			}
 		case k == "options":
 			if err := parseOptions(v, sp.params); err != nil {
@@ -274,7 +267,7 @@ func parseStartup(b []byte) (*startupParams, *PGError) {
 		}
 	}
 	if sp.user == "" {
-		return nil, fatal(codeInvalidAuthSpec, "no PostgreSQL user name specified in startup packet", nil)
+		return nil, fatal(pgproto.CodeInvalidAuthSpec, "no PostgreSQL user name specified in startup packet", nil)
 	}
 	if sp.db == "" {
 		sp.db = sp.user
@@ -319,11 +312,11 @@ func parseOptions(opts string, into map[string]string) *PGError {
 		case strings.HasPrefix(w, "--"):
 			kv = w[2:]
 		default:
-			return fatal(codeFeatureNotSupported, fmt.Sprintf("unsupported startup option %q: only -c name=value is supported", w), nil)
+			return fatal(pgproto.CodeFeatureNotSupported, fmt.Sprintf("unsupported startup option %q: only -c name=value is supported", w), nil)
 		}
 		k, v, ok := strings.Cut(kv, "=")
 		if !ok || k == "" {
-			return fatal(codeProtocolViolation, fmt.Sprintf("invalid startup option %q", kv), nil)
+			return fatal(pgproto.CodeProtocolViolation, fmt.Sprintf("invalid startup option %q", kv), nil)
 		}
 		into[strings.ReplaceAll(k, "-", "_")] = v
 	}
@@ -336,18 +329,18 @@ func parseOptions(opts string, into map[string]string) *PGError {
 func (s *session) login(ctx context.Context, sp *startupParams, authenticated func()) error {
 	p := s.p
 	if s.peer.RequireTLS && !s.secure {
-		return s.fail(fatal(codeInvalidAuthSpec, "TLS is required: connect with sslmode=require", nil))
+		return s.fail(fatal(pgproto.CodeInvalidAuthSpec, "TLS is required: connect with sslmode=require", nil))
 	}
 	if n := p.active.Add(1); n > int64(p.cfg.MaxClients) {
 		p.active.Add(-1)
-		return s.fail(fatal(codeTooManyConnections, "sorry, too many clients already", nil))
+		return s.fail(fatal(pgproto.CodeTooManyConnections, "sorry, too many clients already", nil))
 	}
 	s.counted = true
 	p.m.clients.Inc()
 	p.m.sessions.WithLabelValues(s.peer.Transport).Inc()
 
-	if sp.minor > 0 || len(sp.unknown) > 0 {
-		if err := s.send(&pgproto3.NegotiateProtocolVersion{NewestMinorProtocol: 0, UnrecognizedOptions: sp.unknown}); err != nil {
+	if sp.minor > pgproto.ProtocolMinor || len(sp.unknown) > 0 {
+		if err := s.send(&pgproto3.NegotiateProtocolVersion{NewestMinorProtocol: pgproto.ProtocolMinor, UnrecognizedOptions: sp.unknown}); err != nil {
 			return err
 		}
 	}
@@ -367,11 +360,11 @@ func (s *session) login(ctx context.Context, sp *startupParams, authenticated fu
 				s.log.Info("authentication failed", "err", err)
 				return s.fail(fatal(coded.SQLState(), err.Error(), err))
 			case errors.Is(err, ErrAuthFailed):
-				return s.fail(fatal(codeInvalidPassword, fmt.Sprintf("password authentication failed for user %q", sp.user), err))
+				return s.fail(fatal(pgproto.CodeInvalidPassword, fmt.Sprintf("password authentication failed for user %q", sp.user), err))
 			case ctx.Err() != nil:
 				return err
 			}
-			return s.fail(fatal(codeProtocolViolation, "authentication exchange failed", err))
+			return s.fail(fatal(pgproto.CodeProtocolViolation, "authentication exchange failed", err))
 		}
 	}
 	authenticated()
@@ -379,10 +372,10 @@ func (s *session) login(ctx context.Context, sp *startupParams, authenticated fu
 
 	pool, err := p.pools.Pool(ctx, sp.db, sp.user)
 	if errors.Is(err, backend.ErrTooManyPools) {
-		return s.fail(fatal(codeTooManyConnections, fmt.Sprintf("sorry, too many pools already: no pool for database %q user %q (max_pools)", sp.db, sp.user), err))
+		return s.fail(fatal(pgproto.CodeTooManyConnections, fmt.Sprintf("sorry, too many pools already: no pool for database %q user %q (max_pools)", sp.db, sp.user), err))
 	}
 	if err != nil {
-		return s.fail(fatal(codeInvalidCatalogName, fmt.Sprintf("database %q does not exist for user %q in the pooler", sp.db, sp.user), err))
+		return s.fail(fatal(pgproto.CodeInvalidCatalogName, fmt.Sprintf("database %q does not exist for user %q in the pooler", sp.db, sp.user), err))
 	}
 	s.pool = pool
 
@@ -407,7 +400,7 @@ func (s *session) login(ctx context.Context, sp *startupParams, authenticated fu
 			// pg_stat_activity then mean what the client expects.
 			p.rekey(s, conn.PID)
 			s.mu.Lock()
-			s.startAttachment(conn)
+			s.startAttachmentLocked(conn)
 			s.mu.Unlock()
 		} else {
 			conn.Release()
@@ -444,5 +437,5 @@ func asFatal(err error) *PGError {
 		c.Severity = "FATAL"
 		return &c
 	}
-	return fatal(codeConnectionFailure, "could not get a server connection", err)
+	return fatal(pgproto.CodeConnectionFailure, "could not get a server connection", err)
 }

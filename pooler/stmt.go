@@ -10,6 +10,7 @@ import (
 	"strings"
 	"unsafe"
 
+	"github.com/pgquic/pgquic/internal/pgproto"
 	"github.com/pgquic/pgquic/internal/wire"
 )
 
@@ -240,13 +241,15 @@ func (s *session) handleParse(ctx context.Context) error {
 	}
 	nameB, rest, ok := wire.CString(body)
 	if !ok || len(rest) < 3 {
-		return fatal(codeProtocolViolation, "invalid Parse message", nil)
+		return fatal(pgproto.CodeProtocolViolation, "invalid Parse message", nil)
 	}
 	if len(nameB) == 0 {
 		u := newStmt("", rest)
 		s.unnamed = u
-		a, err := s.attach(ctx)
+		s.mu.Lock()
+		a, err := s.attachLocked(ctx)
 		if err != nil {
+			s.mu.Unlock()
 			return s.raise(err, false)
 		}
 		s.push(a, entry{kind: eParse, unnamed: true})
@@ -256,22 +259,24 @@ func (s *session) handleParse(ctx context.Context) error {
 		return err
 	}
 	name := string(nameB)
-	a, err := s.attach(ctx)
+	s.mu.Lock()
+	a, err := s.attachLocked(ctx)
 	if err != nil {
+		s.mu.Unlock()
 		return s.raise(err, false)
 	}
 	if _, exists := s.stmts[name]; exists {
 		s.mu.Unlock()
-		return s.raise(pgerr(codeDuplicatePStatement, fmt.Sprintf("prepared statement %q already exists", name), nil), false)
+		return s.raise(pgerr(pgproto.CodeDuplicatePStatement, fmt.Sprintf("prepared statement %q already exists", name), nil), false)
 	}
 	if len(s.stmts) >= s.p.cfg.ClientStatementLimit {
 		s.mu.Unlock()
-		return s.raise(pgerr(codeInsufficientResource,
+		return s.raise(pgerr(pgproto.CodeInsufficientResource,
 			fmt.Sprintf("too many prepared statements (limit %d per client)", s.p.cfg.ClientStatementLimit), nil), false)
 	}
 	if s.stmtBytes+len(rest) > s.p.cfg.ClientStatementBytes {
 		s.mu.Unlock()
-		return s.raise(pgerr(codeInsufficientResource,
+		return s.raise(pgerr(pgproto.CodeInsufficientResource,
 			fmt.Sprintf("prepared statements too large (limit %d bytes of statement text per client)", s.p.cfg.ClientStatementBytes), nil), false)
 	}
 	defer s.mu.Unlock()
@@ -321,7 +326,7 @@ func (s *session) handleBind(ctx context.Context) error {
 		name, rest, ok = wire.CString(rest)
 	}
 	if !ok {
-		return fatal(codeProtocolViolation, "invalid Bind message", nil)
+		return fatal(pgproto.CodeProtocolViolation, "invalid Bind message", nil)
 	}
 	s.mu.Lock()
 	st := s.stmts[string(name)]
@@ -335,8 +340,10 @@ func (s *session) handleBind(ctx context.Context) error {
 			return s.raise(err, false)
 		}
 	}
-	a, err := s.attach(ctx)
+	s.mu.Lock()
+	a, err := s.attachLocked(ctx)
 	if err != nil {
+		s.mu.Unlock()
 		return s.raise(err, false)
 	}
 	defer s.mu.Unlock()
@@ -388,15 +395,17 @@ func (s *session) handleDescribe(ctx context.Context) error {
 		return err
 	}
 	if len(body) < 2 {
-		return fatal(codeProtocolViolation, "invalid Describe message", nil)
+		return fatal(pgproto.CodeProtocolViolation, "invalid Describe message", nil)
 	}
 	kind := body[0]
 	name, _, ok := wire.CString(body[1:])
 	if !ok || (kind != 'S' && kind != 'P') {
-		return fatal(codeProtocolViolation, "invalid Describe message", nil)
+		return fatal(pgproto.CodeProtocolViolation, "invalid Describe message", nil)
 	}
-	a, err := s.attach(ctx)
+	s.mu.Lock()
+	a, err := s.attachLocked(ctx)
 	if err != nil {
+		s.mu.Unlock()
 		return s.raise(err, false)
 	}
 	defer s.mu.Unlock()
@@ -440,12 +449,12 @@ func (s *session) handleClose(ctx context.Context) error {
 		return err
 	}
 	if len(body) < 2 {
-		return fatal(codeProtocolViolation, "invalid Close message", nil)
+		return fatal(pgproto.CodeProtocolViolation, "invalid Close message", nil)
 	}
 	kind := body[0]
 	name, _, ok := wire.CString(body[1:])
 	if !ok || (kind != 'S' && kind != 'P') {
-		return fatal(codeProtocolViolation, "invalid Close message", nil)
+		return fatal(pgproto.CodeProtocolViolation, "invalid Close message", nil)
 	}
 	if kind == 'S' && len(name) > 0 {
 		s.mu.Lock()
@@ -456,8 +465,10 @@ func (s *session) handleClose(ctx context.Context) error {
 	if kind == 'S' {
 		s.unnamed = nil
 	}
-	a := s.current()
+	s.mu.Lock()
+	a := s.currentLocked()
 	if a == nil {
+		s.mu.Unlock()
 		// No transaction is open, so no portal exists and the unnamed
 		// statement lives only in our memory: nothing to close on a server.
 		return s.respond(closeComplete, false)
@@ -483,7 +494,7 @@ func (s *session) handleQuery(ctx context.Context) error {
 	}
 	sql, _, ok := wire.CString(body)
 	if !ok {
-		return fatal(codeProtocolViolation, "invalid Query message", nil)
+		return fatal(pgproto.CodeProtocolViolation, "invalid Query message", nil)
 	}
 	switch verb, arg := classifyQuery(sql); verb {
 	case "deallocate":
@@ -506,8 +517,10 @@ func (s *session) handleQuery(ctx context.Context) error {
 	if err := s.checkIdentity(info); err != nil {
 		return s.raise(err, true)
 	}
-	a, err := s.attach(ctx)
+	s.mu.Lock()
+	a, err := s.attachLocked(ctx)
 	if err != nil {
+		s.mu.Unlock()
 		return s.raise(err, true)
 	}
 	defer s.mu.Unlock()

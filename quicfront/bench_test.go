@@ -5,16 +5,19 @@ import (
 	"io"
 	"testing"
 	"time"
+
+	"github.com/pgquic/pgquic/internal/quictest"
+	"github.com/pgquic/pgquic/quicclient"
 )
 
 // BenchmarkStreamRoundTrip measures opening a stream on a warm connection,
 // one startup-sized round trip through the echo handler, and closing it.
 func BenchmarkStreamRoundTrip(b *testing.B) {
-	s := startServer(b, ServerConfig{}, echoHandler{})
-	d := newTestDialer(b, DialerConfig{Addr: s.Addr().String(), PinSHA256: s.Fingerprint(), Conns: 1})
+	s := startServer(b, ServerConfig{}, quictest.Echo{})
+	d := newTestDialer(b, quicclient.DialerConfig{Addr: s.Addr().String(), PinSHA256: s.Fingerprint(), Conns: 1})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	msg := startupBytes()
+	msg := quictest.StartupBytes()
 	buf := make([]byte, len(msg))
 	roundTrip := func() {
 		c, err := d.Dial(ctx)
@@ -39,11 +42,11 @@ func BenchmarkStreamRoundTrip(b *testing.B) {
 // BenchmarkStreamRoundTripParallel runs the same round trip from many
 // goroutines over four connections.
 func BenchmarkStreamRoundTripParallel(b *testing.B) {
-	s := startServer(b, ServerConfig{}, echoHandler{})
-	d := newTestDialer(b, DialerConfig{Addr: s.Addr().String(), PinSHA256: s.Fingerprint(), Conns: 4})
+	s := startServer(b, ServerConfig{}, quictest.Echo{})
+	d := newTestDialer(b, quicclient.DialerConfig{Addr: s.Addr().String(), PinSHA256: s.Fingerprint(), Conns: 4})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	msg := startupBytes()
+	msg := quictest.StartupBytes()
 	b.ReportAllocs()
 	b.RunParallel(func(pb *testing.PB) {
 		buf := make([]byte, len(msg))

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/pgquic/pgquic/quicfront"
+	"github.com/pgquic/pgquic/edge"
 )
 
 // toolPath finds a libpq tool (psql, pgbench), failing under CI where it
@@ -44,25 +44,25 @@ func TestE2EEdgePsqlPgbench(t *testing.T) {
 	bench := toolPath(t, "pgbench")
 	e := newE2E(t, e2eOpts{})
 	d := e.dialer(t, 4, 100) // what `pgquic edge` uses by default
-	edge, err := quicfront.NewEdge(quicfront.EdgeConfig{Listen: "127.0.0.1:0", Dialer: d}, e2eLogger(t), nil)
+	sidecar, err := edge.New(edge.Config{Listen: "127.0.0.1:0", Dialer: d}, e2eLogger(t), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := edge.Listen(); err != nil {
+	if err := sidecar.Listen(); err != nil {
 		t.Fatal(err)
 	}
 	ectx, ecancel := context.WithCancel(context.Background())
 	edgeDone := make(chan struct{})
-	go func() { defer close(edgeDone); _ = edge.Serve(ectx) }()
+	go func() { defer close(edgeDone); _ = sidecar.Serve(ectx) }()
 	t.Cleanup(func() {
 		sctx, done := context.WithTimeout(context.Background(), 10*time.Second)
-		_ = edge.Shutdown(sctx)
+		_ = sidecar.Shutdown(sctx)
 		done()
 		ecancel()
 		<-edgeDone
 	})
 
-	host, port, _ := net.SplitHostPort(edge.Addr().String())
+	host, port, _ := net.SplitHostPort(sidecar.Addr().String())
 	// sslmode=prefer: libpq sends SSLRequest, the edge answers N locally.
 	env := append(os.Environ(), "PGHOST="+host, "PGPORT="+port, "PGUSER=postgres", "PGPASSWORD=postgres",
 		"PGDATABASE=postgres", "PGSSLMODE=prefer", "PGCONNECT_TIMEOUT=30")

@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgproto3"
 	"github.com/quic-go/quic-go"
 
+	"github.com/pgquic/pgquic/quicclient"
 	"github.com/pgquic/pgquic/quicfront"
 )
 
@@ -409,8 +410,8 @@ func (r *rawSession) terminate() {
 }
 
 func (r *rawSession) reset() {
-	r.str.CancelWrite(quic.StreamErrorCode(quicfront.ErrCodeAborted))
-	r.str.CancelRead(quic.StreamErrorCode(quicfront.ErrCodeAborted))
+	r.str.CancelWrite(quic.StreamErrorCode(quicclient.ErrCodeAborted))
+	r.str.CancelRead(quic.StreamErrorCode(quicclient.ErrCodeAborted))
 }
 
 // startupBytes is an encoded StartupMessage for the superuser.

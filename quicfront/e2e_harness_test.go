@@ -4,7 +4,7 @@ package quicfront_test
 // (internal/pgtest), the backend pool manager with a wildcard route, the
 // pooler, and the QUIC front (optionally the TCP front too), all in this
 // process over loopback. Clients are pgx sessions whose DialFunc is a
-// quicfront.Dialer, so every session and every CancelRequest is a stream.
+// quicclient.Dialer, so every session and every CancelRequest is a stream.
 
 import (
 	"context"
@@ -25,6 +25,7 @@ import (
 	"github.com/pgquic/pgquic/backend"
 	"github.com/pgquic/pgquic/internal/pgtest"
 	"github.com/pgquic/pgquic/pooler"
+	"github.com/pgquic/pgquic/quicclient"
 	"github.com/pgquic/pgquic/quicfront"
 	"github.com/pgquic/pgquic/tcpfront"
 )
@@ -198,13 +199,13 @@ func (e *e2eEnv) close() {
 }
 
 // fingerprint is the SHA-256 pin of the env's certificate.
-func (e *e2eEnv) fingerprint() string { return quicfront.Fingerprint(e.cert.Certificate[0]) }
+func (e *e2eEnv) fingerprint() string { return quicclient.Fingerprint(e.cert.Certificate[0]) }
 
 // dialer returns a Dialer to the QUIC front pinned to its certificate,
 // closed in t.Cleanup.
-func (e *e2eEnv) dialer(t testing.TB, conns, perConn int) *quicfront.Dialer {
+func (e *e2eEnv) dialer(t testing.TB, conns, perConn int) *quicclient.Dialer {
 	t.Helper()
-	d, err := quicfront.NewDialer(quicfront.DialerConfig{
+	d, err := quicclient.NewDialer(quicclient.DialerConfig{
 		Addr: e.addr, Conns: conns, MaxStreamsPerConn: perConn, PinSHA256: e.fingerprint(),
 	}, e2eLogger(t))
 	if err != nil {
@@ -218,14 +219,14 @@ func (e *e2eEnv) dialer(t testing.TB, conns, perConn int) *quicfront.Dialer {
 // streams of d. On context cancellation pgx sends a CancelRequest (through
 // the same DialFunc) and gives the server one second before it breaks the
 // connection.
-func pgxConfig(t testing.TB, d *quicfront.Dialer) *pgx.ConnConfig {
+func pgxConfig(t testing.TB, d *quicclient.Dialer) *pgx.ConnConfig {
 	t.Helper()
 	cfg, err := pgx.ParseConfig("postgres://postgres:postgres@quic/postgres?sslmode=disable")
 	if err != nil {
 		t.Fatal(err)
 	}
 	cfg.DialFunc = d.DialFunc()
-	cfg.LookupFunc = func(_ context.Context, host string) ([]string, error) { return []string{host}, nil }
+	cfg.LookupFunc = d.LookupFunc()
 	cfg.BuildContextWatcherHandler = func(c *pgconn.PgConn) ctxwatch.Handler {
 		return &pgconn.CancelRequestContextWatcherHandler{Conn: c, DeadlineDelay: time.Second}
 	}

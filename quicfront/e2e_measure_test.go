@@ -31,6 +31,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/pgquic/pgquic/internal/pgtest"
+	"github.com/pgquic/pgquic/quicclient"
 	"github.com/pgquic/pgquic/quicfront"
 )
 
@@ -80,7 +81,7 @@ func TestE2EMeasureClientHelper(t *testing.T) {
 	var cfg *pgx.ConnConfig
 	var err error
 	if mode == "quic" {
-		d, derr := quicfront.NewDialer(quicfront.DialerConfig{Addr: addr, Conns: conns, PinSHA256: os.Getenv(envClientPin)}, nil)
+		d, derr := quicclient.NewDialer(quicclient.DialerConfig{Addr: addr, Conns: conns, PinSHA256: os.Getenv(envClientPin)}, nil)
 		if derr != nil {
 			t.Fatal(derr)
 		}
@@ -369,7 +370,7 @@ func TestE2EMeasureCPUPerQuery(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d, err := quicfront.NewDialer(quicfront.DialerConfig{Addr: quicAddr, Conns: 4, PinSHA256: fp}, nil)
+	d, err := quicclient.NewDialer(quicclient.DialerConfig{Addr: quicAddr, Conns: 4, PinSHA256: fp}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

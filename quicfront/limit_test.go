@@ -7,27 +7,26 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/pgquic/pgquic/internal/quictest"
+	"github.com/pgquic/pgquic/quicclient"
 )
 
 // TestMaxStreamsRefused checks the front-wide stream bound: with MaxStreams
 // 2 and two sessions open, a third stream starts no session and gets FATAL
 // 53300; a CancelRequest beyond the limit is still served (the running query
 // ends with 57014); when the slots for answering streams beyond the limit
-// are all busy, a stream is reset with ErrCodeTooManyStreams; and once a
+// are all busy, a stream is reset with quicclient.ErrCodeTooManyStreams; and once a
 // session ends, a new one gets in.
 func TestMaxStreamsRefused(t *testing.T) {
-	h := newScriptedPG()
+	h := quictest.NewScriptedPG()
 	s := startServer(t, ServerConfig{MaxStreams: 2}, h)
-	d := newTestDialer(t, DialerConfig{Addr: s.Addr().String(), PinSHA256: s.Fingerprint()})
+	d := newTestDialer(t, quicclient.DialerConfig{Addr: s.Addr().String(), PinSHA256: s.Fingerprint()})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 
-	c1, err := pgconn.ConnectConfig(ctx, pgConfig(t, d))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c1.Close(ctx)
-	c2, err := pgconn.ConnectConfig(ctx, pgConfig(t, d))
+	c1 := quictest.Connect(t, ctx, d)
+	c2, err := pgconn.ConnectConfig(ctx, quictest.PgConfig(t, d))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -37,24 +36,22 @@ func TestMaxStreamsRefused(t *testing.T) {
 		sleepDone <- err
 	}()
 	select {
-	case <-h.sleeping:
+	case <-h.Sleeping:
 	case <-ctx.Done():
 		t.Fatal("session 1 never started sleeping")
 	}
 
 	// A third session is refused before any session is allocated for it.
-	_, err = pgconn.ConnectConfig(ctx, pgConfig(t, d))
+	_, err = pgconn.ConnectConfig(ctx, quictest.PgConfig(t, d))
 	var pgErr *pgconn.PgError
 	if !errors.As(err, &pgErr) || pgErr.Code != "53300" {
 		t.Fatalf("third session: %v, want PgError 53300", err)
 	}
-	h.mu.Lock()
-	served := len(h.peers)
-	h.mu.Unlock()
+	served := len(h.Peers())
 	if served != 2 {
 		t.Fatalf("handler ran %d sessions, want 2", served)
 	}
-	if got := gaugeValue(t, s.reg, "pgquic_quic_streams"); got != 2 {
+	if got := quictest.GaugeValue(t, s.reg, "pgquic_quic_streams"); got != 2 {
 		t.Fatalf("streams gauge = %v, want 2", got)
 	}
 
@@ -65,8 +62,8 @@ func TestMaxStreamsRefused(t *testing.T) {
 	if err := <-sleepDone; !errors.As(err, &pgErr) || pgErr.Code != "57014" {
 		t.Fatalf("cancelled sleep: %v, want 57014", err)
 	}
-	if h.cancels.Load() != 1 {
-		t.Fatalf("cancels = %d, want 1", h.cancels.Load())
+	if h.Cancels.Load() != 1 {
+		t.Fatalf("cancels = %d, want 1", h.Cancels.Load())
 	}
 
 	// With every slot for streams beyond the limit busy, a stream is reset
@@ -76,17 +73,17 @@ func TestMaxStreamsRefused(t *testing.T) {
 	}
 	c, err := d.Dial(ctx)
 	if err == nil {
-		_, _ = c.Write(startupBytes())
+		_, _ = c.Write(quictest.StartupBytes())
 		_, err = c.Read(make([]byte, 1))
 		_ = c.Close()
 	}
 	for range limitSlots {
 		<-s.limit
 	}
-	if code, ok := RemoteErrorCode(err); !ok || code != ErrCodeTooManyStreams {
+	if code, ok := quicclient.RemoteErrorCode(err); !ok || code != quicclient.ErrCodeTooManyStreams {
 		t.Fatalf("stream beyond the limit with no slot left: %v, want reset with too_many_streams", err)
 	}
-	if got := gaugeValue(t, s.reg, "pgquic_quic_streams_refused_total"); got != 2 {
+	if got := quictest.GaugeValue(t, s.reg, "pgquic_quic_streams_refused_total"); got != 2 {
 		t.Fatalf("streams_refused_total = %v, want 2", got)
 	}
 
@@ -94,14 +91,14 @@ func TestMaxStreamsRefused(t *testing.T) {
 	if err := c2.Close(ctx); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 10*time.Second, "session 2 to end", func() bool {
-		return gaugeValue(t, s.reg, "pgquic_quic_streams") == 1
+	quictest.Eventually(t, 10*time.Second, "session 2 to end", func() bool {
+		return quictest.GaugeValue(t, s.reg, "pgquic_quic_streams") == 1
 	})
-	c3, err := pgconn.ConnectConfig(ctx, pgConfig(t, d))
+	c3, err := pgconn.ConnectConfig(ctx, quictest.PgConfig(t, d))
 	if err != nil {
 		t.Fatalf("after a session ended: %v", err)
 	}
-	if got, err := queryInt(ctx, c3, 5); err != nil || got != "5" {
+	if got, err := quictest.QueryInt(ctx, c3, 5); err != nil || got != "5" {
 		t.Fatalf("new session: %q %v", got, err)
 	}
 	_ = c3.Close(ctx)

@@ -3,7 +3,6 @@ package quicfront
 import (
 	"context"
 	"crypto/tls"
-	"errors"
 	"fmt"
 	"io"
 	"runtime"
@@ -11,24 +10,28 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/quic-go/quic-go"
+
+	"github.com/pgquic/pgquic/internal/pgproto"
+	"github.com/pgquic/pgquic/internal/quictest"
+	"github.com/pgquic/pgquic/internal/quicwire"
+	"github.com/pgquic/pgquic/quicclient"
 )
 
 func TestPgconnOverQUIC(t *testing.T) {
-	h := newScriptedPG()
+	h := quictest.NewScriptedPG()
 	s := startServer(t, ServerConfig{}, h)
-	d := newTestDialer(t, DialerConfig{Addr: s.Addr().String(), PinSHA256: s.Fingerprint()})
+	d := newTestDialer(t, quicclient.DialerConfig{Addr: s.Addr().String(), PinSHA256: s.Fingerprint()})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 
-	c, err := pgconn.ConnectConfig(ctx, pgConfig(t, d))
+	c, err := pgconn.ConnectConfig(ctx, quictest.PgConfig(t, d))
 	if err != nil {
 		t.Fatal(err)
 	}
 	for i := range 20 {
-		got, err := queryInt(ctx, c, i)
+		got, err := quictest.QueryInt(ctx, c, i)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -39,168 +42,37 @@ func TestPgconnOverQUIC(t *testing.T) {
 	if err := c.Close(ctx); err != nil {
 		t.Fatal(err)
 	}
-	h.mu.Lock()
-	peer := h.peers[0]
-	h.mu.Unlock()
+	peer := h.Peers()[0]
 	if peer.Transport != "quic" || !peer.Secure || peer.StartTLS != nil || peer.Addr == nil {
 		t.Fatalf("unexpected peer %+v", peer)
 	}
-	eventually(t, 10*time.Second, "streams gauge back to 0", func() bool {
-		return gaugeValue(t, s.reg, "pgquic_quic_streams") == 0
+	quictest.Eventually(t, 10*time.Second, "streams gauge back to 0", func() bool {
+		return quictest.GaugeValue(t, s.reg, "pgquic_quic_streams") == 0
 	})
-	if got := gaugeValue(t, s.reg, "pgquic_quic_streams_total"); got != 1 {
+	if got := quictest.GaugeValue(t, s.reg, "pgquic_quic_streams_total"); got != 1 {
 		t.Fatalf("streams_total = %v, want 1", got)
 	}
-}
-
-// TestPgxReadmeExample runs the README's pgx setup (simple protocol, since
-// the scripted server speaks only that).
-func TestPgxReadmeExample(t *testing.T) {
-	s := startServer(t, ServerConfig{}, newScriptedPG())
-	d := newTestDialer(t, DialerConfig{Addr: s.Addr().String(), PinSHA256: s.Fingerprint()})
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-
-	cfg, err := pgx.ParseConfig("postgres://u@quic/db?sslmode=disable")
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.DialFunc = d.DialFunc()
-	cfg.LookupFunc = func(ctx context.Context, host string) ([]string, error) { return []string{host}, nil }
-	cfg.DefaultQueryExecMode = pgx.QueryExecModeSimpleProtocol
-	conn, err := pgx.ConnectConfig(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(ctx)
-	var n int
-	if err := conn.QueryRow(ctx, "select 42").Scan(&n); err != nil {
-		t.Fatal(err)
-	}
-	if n != 42 {
-		t.Fatalf("got %d", n)
-	}
-}
-
-func TestCancelRequestGoesThroughDialer(t *testing.T) {
-	h := newScriptedPG()
-	s := startServer(t, ServerConfig{}, h)
-	d := newTestDialer(t, DialerConfig{Addr: s.Addr().String(), PinSHA256: s.Fingerprint()})
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	c, err := pgconn.ConnectConfig(ctx, pgConfig(t, d))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close(ctx)
-	go func() {
-		select {
-		case <-h.sleeping:
-			_ = c.CancelRequest(ctx)
-		case <-ctx.Done():
-		}
-	}()
-	_, err = c.Exec(ctx, "select pg_sleep(60)").ReadAll()
-	var pgErr *pgconn.PgError
-	if !errors.As(err, &pgErr) || pgErr.Code != "57014" {
-		t.Fatalf("want query_canceled, got %v", err)
-	}
-	if h.cancels.Load() != 1 {
-		t.Fatalf("cancels = %d", h.cancels.Load())
-	}
-	if got, err := queryInt(ctx, c, 3); err != nil || got != "3" {
-		t.Fatalf("session unusable after cancel: %q %v", got, err)
-	}
-}
-
-// TestManyConcurrentStreams holds 1200 sessions open at once over two
-// connections with a soft cap of 600 streams each.
-func TestManyConcurrentStreams(t *testing.T) {
-	const n, conns, perConn = 1200, 2, 600
-	s := startServer(t, ServerConfig{}, echoHandler{})
-	d := newTestDialer(t, DialerConfig{Addr: s.Addr().String(), PinSHA256: s.Fingerprint(), Conns: conns, MaxStreamsPerConn: perConn})
-	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
-	defer cancel()
-
-	msg := startupBytes()
-	var opened, release sync.WaitGroup
-	opened.Add(n)
-	release.Add(1)
-	errs := make(chan error, n)
-	var wg sync.WaitGroup
-	for range n {
-		wg.Go(func() {
-			c, err := d.Dial(ctx)
-			if err != nil {
-				opened.Done()
-				errs <- err
-				return
-			}
-			defer c.Close()
-			if _, err := c.Write(msg); err != nil {
-				opened.Done()
-				errs <- err
-				return
-			}
-			buf := make([]byte, len(msg))
-			if _, err := io.ReadFull(c, buf); err != nil {
-				opened.Done()
-				errs <- err
-				return
-			}
-			opened.Done()
-			release.Wait()
-		})
-	}
-	opened.Wait()
-	st := d.Stats()
-	serverStreams := gaugeValue(t, s.reg, "pgquic_quic_streams")
-	release.Done()
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Fatal(err)
-	}
-	if st.Conns != conns || st.Streams != n {
-		t.Fatalf("dialer stats %+v, want %d conns, %d streams", st, conns, n)
-	}
-	d.mu.Lock()
-	for _, cc := range d.slots {
-		if cc != nil && cc.open > perConn {
-			t.Errorf("a connection carried %d streams, cap %d", cc.open, perConn)
-		}
-	}
-	d.mu.Unlock()
-	if serverStreams != n {
-		t.Fatalf("server streams gauge %v, want %d", serverStreams, n)
-	}
-	if got := gaugeValue(t, s.reg, "pgquic_quic_connections"); got != conns {
-		t.Fatalf("server connections gauge %v, want %d", got, conns)
-	}
-	eventually(t, 20*time.Second, "streams gauge back to 0", func() bool {
-		return gaugeValue(t, s.reg, "pgquic_quic_streams") == 0
-	})
 }
 
 // TestManyPgconnSessions runs many concurrent pgconn sessions over a few connections.
 func TestManyPgconnSessions(t *testing.T) {
 	const n = 200
-	s := startServer(t, ServerConfig{}, newScriptedPG())
-	d := newTestDialer(t, DialerConfig{Addr: s.Addr().String(), PinSHA256: s.Fingerprint(), Conns: 3})
+	s := startServer(t, ServerConfig{}, quictest.NewScriptedPG())
+	d := newTestDialer(t, quicclient.DialerConfig{Addr: s.Addr().String(), PinSHA256: s.Fingerprint(), Conns: 3})
 	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
 	defer cancel()
 	var wg sync.WaitGroup
 	errs := make(chan error, n)
 	for i := range n {
 		wg.Go(func() {
-			c, err := pgconn.ConnectConfig(ctx, pgConfig(t, d))
+			c, err := pgconn.ConnectConfig(ctx, quictest.PgConfig(t, d))
 			if err != nil {
 				errs <- err
 				return
 			}
 			defer c.Close(ctx)
 			for j := range 5 {
-				got, err := queryInt(ctx, c, i*10+j)
+				got, err := quictest.QueryInt(ctx, c, i*10+j)
 				if err != nil {
 					errs <- err
 					return
@@ -224,7 +96,7 @@ func TestManyPgconnSessions(t *testing.T) {
 
 func rawClientConn(t *testing.T, s *testServer) (*quic.Conn, *quic.Transport) {
 	t.Helper()
-	tr := &quic.Transport{Conn: mustUDP(t)}
+	tr := &quic.Transport{Conn: quictest.MustUDP(t)}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	conn, err := tr.Dial(ctx, s.Addr(), &tls.Config{InsecureSkipVerify: true, NextProtos: []string{DefaultALPN}}, &quic.Config{MaxIdleTimeout: time.Minute, KeepAlivePeriod: 10 * time.Second})
@@ -243,7 +115,7 @@ func rawClientConn(t *testing.T, s *testServer) (*quic.Conn, *quic.Transport) {
 // abandoned at various points and checks that the server releases their
 // goroutines and credit.
 func TestAbandonedStreamsDoNotLeak(t *testing.T) {
-	s := startServer(t, ServerConfig{StreamStartupTimeout: 500 * time.Millisecond}, echoHandler{})
+	s := startServer(t, ServerConfig{StreamStartupTimeout: 500 * time.Millisecond}, quictest.Echo{})
 	conn, _ := rawClientConn(t, s)
 	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
 	defer cancel()
@@ -259,10 +131,10 @@ func TestAbandonedStreamsDoNotLeak(t *testing.T) {
 		}
 		return n
 	}
-	eventually(t, 10*time.Second, "idle server", func() bool { return gaugeValue(t, s.reg, "pgquic_quic_streams") == 0 })
+	quictest.Eventually(t, 10*time.Second, "idle server", func() bool { return quictest.GaugeValue(t, s.reg, "pgquic_quic_streams") == 0 })
 	base := settle()
 
-	msg := startupBytes()
+	msg := quictest.StartupBytes()
 	var abandoned []*quic.Stream
 	for i := range 500 {
 		str, err := conn.OpenStreamSync(ctx)
@@ -272,24 +144,24 @@ func TestAbandonedStreamsDoNotLeak(t *testing.T) {
 		switch i % 3 {
 		case 0: // partial startup, then reset
 			_, _ = str.Write(msg[:2])
-			str.CancelWrite(ErrCodeAborted.stream())
-			str.CancelRead(ErrCodeAborted.stream())
+			str.CancelWrite(quicwire.StreamCode(pgproto.QUICAborted))
+			str.CancelRead(quicwire.StreamCode(pgproto.QUICAborted))
 		case 1: // partial startup, then silence: the server times it out
 			_, _ = str.Write(msg[:3])
 			abandoned = append(abandoned, str)
 		case 2: // full startup reaches the handler, then reset
 			_, _ = str.Write(msg)
 			time.Sleep(time.Millisecond)
-			str.CancelWrite(ErrCodeAborted.stream())
-			str.CancelRead(ErrCodeAborted.stream())
+			str.CancelWrite(quicwire.StreamCode(pgproto.QUICAborted))
+			str.CancelRead(quicwire.StreamCode(pgproto.QUICAborted))
 		}
 	}
-	eventually(t, 30*time.Second, "server streams gauge back to 0", func() bool {
-		return gaugeValue(t, s.reg, "pgquic_quic_streams") == 0
+	quictest.Eventually(t, 30*time.Second, "server streams gauge back to 0", func() bool {
+		return quictest.GaugeValue(t, s.reg, "pgquic_quic_streams") == 0
 	})
 	// An abandoned stream learns it was reset for startup timeout.
 	_, err := abandoned[0].Read(make([]byte, 1))
-	if code, ok := RemoteErrorCode(err); !ok || code != ErrCodeStartupTimeout {
+	if code, ok := quicclient.RemoteErrorCode(err); !ok || code != quicclient.ErrCodeStartupTimeout {
 		t.Fatalf("abandoned stream: got %v, want startup timeout reset", err)
 	}
 	const tolerance = 10
@@ -328,7 +200,7 @@ func TestAbandonedStreamsDoNotLeak(t *testing.T) {
 			if _, err := io.ReadFull(str, make([]byte, len(msg))); err != nil {
 				// On a loaded machine a stream may miss the short startup
 				// timeout; its credit was granted, which is what counts here.
-				if code, ok := RemoteErrorCode(err); !ok || code != ErrCodeStartupTimeout {
+				if code, ok := quicclient.RemoteErrorCode(err); !ok || code != quicclient.ErrCodeStartupTimeout {
 					errs <- err
 				}
 			}
@@ -356,7 +228,7 @@ func roundTrip(t *testing.T, ctx context.Context, conn *quic.Conn) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	msg := startupBytes()
+	msg := quictest.StartupBytes()
 	if _, err := str.Write(msg); err != nil {
 		t.Fatal(err)
 	}

@@ -16,24 +16,21 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/quic-go/quic-go"
 
-	"github.com/pgquic/pgquic/pooler"
+	"github.com/pgquic/pgquic/internal/defaults"
+	"github.com/pgquic/pgquic/internal/front"
+	"github.com/pgquic/pgquic/internal/pgproto"
+	"github.com/pgquic/pgquic/internal/quicwire"
+	"github.com/pgquic/pgquic/internal/wire"
 )
-
-// Handler runs one PostgreSQL session to completion and closes rwc.
-// *pooler.Pooler implements it; the fronts (QUIC here, TCP in tcpfront) only
-// move bytes and describe the peer.
-type Handler interface {
-	Serve(ctx context.Context, rwc io.ReadWriteCloser, peer pooler.Peer) error
-}
 
 // Defaults of ServerConfig, applied to zero fields.
 const (
-	DefaultMaxConns             = 1000
-	DefaultMaxStreamsPerConn    = 1000
-	DefaultMaxStreams           = 10000
-	DefaultStreamStartupTimeout = 10 * time.Second
-	DefaultIdleTimeout          = 60 * time.Second
-	DefaultKeepAlivePeriod      = 15 * time.Second
+	DefaultMaxConns             = defaults.QUICMaxConns
+	DefaultMaxStreamsPerConn    = defaults.QUICMaxStreamsPerConn
+	DefaultMaxStreams           = defaults.MaxClients
+	DefaultStreamStartupTimeout = defaults.QUICStreamStartupTimeout
+	DefaultIdleTimeout          = defaults.QUICIdleTimeout
+	DefaultKeepAlivePeriod      = defaults.QUICKeepAlivePeriod
 )
 
 // minStreamsPerConn is the least stream credit a server grants: clients
@@ -50,11 +47,6 @@ const (
 	limitTimeout = 5 * time.Second
 )
 
-// maxStartupPacket mirrors PostgreSQL's MAX_STARTUP_PACKET_LENGTH: a longer
-// first packet is a protocol violation the handler reports; the server only
-// waits for at most this many bytes before handing the stream over.
-const maxStartupPacket = 10000
-
 // ServerConfig configures the QUIC front end. Zero values take the defaults
 // named on each field.
 type ServerConfig struct {
@@ -64,10 +56,11 @@ type ServerConfig struct {
 	// ECDSA certificate at start and logs its SHA-256 fingerprint, which
 	// clients pin. MinVersion is raised to TLS 1.3 and NextProtos set to ALPN.
 	TLSConfig *tls.Config
-	// ALPN is the application protocol clients must offer. Default "pgquic/1".
+	// ALPN is the application protocol clients must offer. Default "pgquic/1"
+	// (DefaultALPN).
 	ALPN string
 	// MaxConns bounds concurrent QUIC connections; extra ones are closed with
-	// ErrCodeTooManyConns. Default 1000.
+	// error code too_many_conns (3). Default 1000.
 	MaxConns int
 	// MaxStreamsPerConn is the concurrent stream credit per connection
 	// (quic MaxIncomingStreams). Default 1000; smaller values are refused.
@@ -79,12 +72,12 @@ type ServerConfig struct {
 	// packet is read (bounded by 5 s and by 64 such streams at a time), a
 	// CancelRequest is served, anything else is answered with FATAL 53300
 	// "too many connections"; when those 64 slots are busy the stream is
-	// reset with ErrCodeTooManyStreams at once. Default 10000, the pooler's
-	// default MaxClients.
+	// reset with error code too_many_streams (6) at once. Default 10000,
+	// the pooler's default MaxClients.
 	MaxStreams int
 	// StreamStartupTimeout is how long a new stream may take to deliver its
 	// whole first packet (startup packet); after it the stream is reset with
-	// ErrCodeStartupTimeout. Default 10s.
+	// error code startup_timeout (4). Default 10s.
 	StreamStartupTimeout time.Duration
 	// IdleTimeout is quic MaxIdleTimeout: a connection without any packet for
 	// this long is dead. Default 60s.
@@ -179,7 +172,7 @@ func newServerMetrics(reg prometheus.Registerer) (*serverMetrics, error) {
 // Handler.
 type Server struct {
 	cfg     ServerConfig
-	h       Handler
+	h       front.Handler
 	log     *slog.Logger
 	m       *serverMetrics
 	tlsConf *tls.Config
@@ -221,7 +214,7 @@ type serverConn struct {
 
 // NewServer validates cfg, fills its defaults and prepares TLS. logger nil
 // discards logs; reg nil skips metric registration.
-func NewServer(cfg ServerConfig, h Handler, logger *slog.Logger, reg prometheus.Registerer) (*Server, error) {
+func NewServer(cfg ServerConfig, h front.Handler, logger *slog.Logger, reg prometheus.Registerer) (*Server, error) {
 	if h == nil {
 		return nil, errors.New("quicfront: nil Handler")
 	}
@@ -251,12 +244,12 @@ func NewServer(cfg ServerConfig, h Handler, logger *slog.Logger, reg prometheus.
 		}
 		tc = &tls.Config{Certificates: []tls.Certificate{cert}}
 		logger.Info("QUIC server uses a generated self-signed certificate; clients must pin it",
-			"sha256", Fingerprint(cert.Certificate[0]))
+			"sha256", quicwire.Fingerprint(cert.Certificate[0]))
 	}
 	tc.MinVersion = tls.VersionTLS13
 	tc.NextProtos = []string{cfg.ALPN}
 	if len(tc.Certificates) > 0 && len(tc.Certificates[0].Certificate) > 0 {
-		s.fp = Fingerprint(tc.Certificates[0].Certificate[0])
+		s.fp = quicwire.Fingerprint(tc.Certificates[0].Certificate[0])
 		s.srk = statelessResetKey(&tc.Certificates[0])
 	} else if tc.GetCertificate == nil && tc.GetConfigForClient == nil {
 		return nil, errors.New("quicfront: TLSConfig has no certificate")
@@ -296,7 +289,7 @@ func (s *Server) Listen() error {
 	if err != nil {
 		return fmt.Errorf("quicfront: listen %s: %w", s.cfg.Addr, err)
 	}
-	raiseUDPBuffers(udp, s.log)
+	quicwire.RaiseUDPBuffers(udp, s.log)
 	tr := &quic.Transport{Conn: udp, StatelessResetKey: s.srk}
 	var ln listener
 	if s.cfg.Allow0RTT {
@@ -326,8 +319,9 @@ func (s *Server) Addr() net.Addr {
 
 // Serve accepts connections until ctx ends or Shutdown is called. On ctx end
 // it stops hard: sessions' contexts are canceled, every connection is closed
-// with ErrCodeServerShutdown and Serve returns once all goroutines ended. After
-// Shutdown it returns at once (nil) and Shutdown does the draining.
+// with error code server_shutdown (2) and Serve returns once all goroutines
+// ended. After Shutdown it returns at once (nil) and Shutdown does the
+// draining.
 func (s *Server) Serve(ctx context.Context) error {
 	s.mu.Lock()
 	ln := s.ln
@@ -374,7 +368,7 @@ func (s *Server) admit(conn *quic.Conn) {
 	if s.draining || s.closed {
 		s.mu.Unlock()
 		s.m.connsRefused.Inc()
-		_ = conn.CloseWithError(ErrCodeServerShutdown.app(), "server shutting down")
+		_ = conn.CloseWithError(quicwire.AppCode(pgproto.QUICServerShutdown), "server shutting down")
 		return
 	}
 	select {
@@ -383,7 +377,7 @@ func (s *Server) admit(conn *quic.Conn) {
 		s.mu.Unlock()
 		s.m.connsRefused.Inc()
 		s.log.Warn("QUIC connection refused: MaxConns reached", "remote", conn.RemoteAddr().String(), "max_conns", s.cfg.MaxConns)
-		_ = conn.CloseWithError(ErrCodeTooManyConns.app(), "too many connections")
+		_ = conn.CloseWithError(quicwire.AppCode(pgproto.QUICTooManyConns), "too many connections")
 		return
 	}
 	sc := &serverConn{conn: conn}
@@ -416,12 +410,12 @@ func (s *Server) runConn(sc *serverConn) {
 			log.Debug("QUIC connection ended", "cause", context.Cause(conn.Context()))
 			return
 		}
-		sconn := newStreamConn(str, conn, nil)
+		sconn := quicwire.NewConn(str, conn, nil)
 		s.mu.Lock()
 		if s.draining || s.closed {
 			s.mu.Unlock()
 			s.m.streamsFailed.WithLabelValues("shutdown").Inc()
-			sconn.abort(ErrCodeServerShutdown)
+			sconn.Abort(pgproto.QUICServerShutdown)
 			continue
 		}
 		admitted := false
@@ -450,13 +444,13 @@ func (s *Server) runConn(sc *serverConn) {
 // overLimit handles a stream beyond MaxStreams without starting a session:
 // while fewer than limitSlots such streams are being answered, a goroutine
 // reads its first packet (see refuseStream); otherwise the stream is reset
-// with ErrCodeTooManyStreams at once, costing nothing more.
-func (s *Server) overLimit(sc *serverConn, c *streamConn, wg *sync.WaitGroup, log *slog.Logger) {
+// with pgproto.QUICTooManyStreams at once, costing nothing more.
+func (s *Server) overLimit(sc *serverConn, c *quicwire.Conn, wg *sync.WaitGroup, log *slog.Logger) {
 	select {
 	case s.limit <- struct{}{}:
 	default:
 		s.m.streamsFailed.WithLabelValues("too_many_streams").Inc()
-		c.abort(ErrCodeTooManyStreams)
+		c.Abort(pgproto.QUICTooManyStreams)
 		return
 	}
 	wg.Add(1)
@@ -473,7 +467,7 @@ var tooManyStreams = func() []byte {
 	b, err := (&pgproto3.ErrorResponse{
 		Severity:            "FATAL",
 		SeverityUnlocalized: "FATAL",
-		Code:                "53300",
+		Code:                pgproto.CodeTooManyConnections,
 		Message:             "too many connections",
 		Detail:              "The pgquic QUIC front is at its stream limit.",
 	}).Encode(nil)
@@ -489,36 +483,36 @@ var tooManyStreams = func() []byte {
 // short-lived, and a client whose own sessions fill the limit must still be
 // able to cancel their queries. It waits at most limitTimeout for the first
 // packet.
-func (s *Server) refuseStream(sc *serverConn, c *streamConn, log *slog.Logger) {
+func (s *Server) refuseStream(sc *serverConn, c *quicwire.Conn, log *slog.Logger) {
 	code, err := s.awaitStartup(c, limitTimeout)
 	if err != nil {
 		s.m.streamsFailed.WithLabelValues("too_many_streams").Inc()
-		c.abort(ErrCodeTooManyStreams)
+		c.Abort(pgproto.QUICTooManyStreams)
 		return
 	}
-	if code == cancelRequestCode {
+	if code == pgproto.CancelRequestCode {
 		select {
 		case <-sc.conn.HandshakeComplete():
 		case <-sc.conn.Context().Done():
 			_ = c.Close()
 			return
 		}
-		peer := pooler.Peer{Addr: sc.conn.RemoteAddr(), Transport: "quic", Secure: true}
+		peer := front.Peer{Addr: sc.conn.RemoteAddr(), Transport: "quic", Secure: true}
 		if err := s.h.Serve(s.baseCtx, c, peer); err != nil {
-			log.Debug("QUIC cancel request at the stream limit", "stream", c.str.StreamID(), "err", err)
+			log.Debug("QUIC cancel request at the stream limit", "stream", c.Stream().StreamID(), "err", err)
 		}
 		_ = c.Close()
 		return
 	}
 	s.m.streamsFailed.WithLabelValues("too_many_streams").Inc()
-	log.Debug("QUIC stream refused: MaxStreams reached", "stream", c.str.StreamID(), "max_streams", s.cfg.MaxStreams)
+	log.Debug("QUIC stream refused: MaxStreams reached", "stream", c.Stream().StreamID(), "max_streams", s.cfg.MaxStreams)
 	_ = c.SetWriteDeadline(time.Now().Add(limitTimeout))
 	_, _ = c.Write(tooManyStreams)
 	_ = c.Close()
 }
 
 // runStream waits for the startup packet, then runs the session.
-func (s *Server) runStream(sc *serverConn, c *streamConn, log *slog.Logger) {
+func (s *Server) runStream(sc *serverConn, c *quicwire.Conn, log *slog.Logger) {
 	defer func() {
 		s.m.streams.Dec()
 		s.mu.Lock()
@@ -526,7 +520,7 @@ func (s *Server) runStream(sc *serverConn, c *streamConn, log *slog.Logger) {
 		closeNow := sc.active == 0 && (s.draining || s.closed)
 		s.mu.Unlock()
 		if closeNow {
-			_ = sc.conn.CloseWithError(ErrCodeServerShutdown.app(), "server shutting down")
+			_ = sc.conn.CloseWithError(quicwire.AppCode(pgproto.QUICServerShutdown), "server shutting down")
 		}
 	}()
 	if _, err := s.awaitStartup(c, s.cfg.StreamStartupTimeout); err != nil {
@@ -534,8 +528,8 @@ func (s *Server) runStream(sc *serverConn, c *streamConn, log *slog.Logger) {
 		switch {
 		case errors.As(err, &ne) && ne.Timeout():
 			s.m.streamsFailed.WithLabelValues("startup_timeout").Inc()
-			log.Debug("QUIC stream reset: no startup packet in time", "stream", c.str.StreamID(), "timeout", s.cfg.StreamStartupTimeout)
-			c.abort(ErrCodeStartupTimeout)
+			log.Debug("QUIC stream reset: no startup packet in time", "stream", c.Stream().StreamID(), "timeout", s.cfg.StreamStartupTimeout)
+			c.Abort(pgproto.QUICStartupTimeout)
 		case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
 			s.m.streamsFailed.WithLabelValues("eof").Inc()
 			_ = c.Close()
@@ -559,15 +553,15 @@ func (s *Server) runStream(sc *serverConn, c *streamConn, log *slog.Logger) {
 	// connection until the query finished.
 	ctx, cancel := context.WithCancel(s.baseCtx)
 	defer cancel()
-	stopWatch := context.AfterFunc(c.str.Context(), func() {
-		if clientGone(context.Cause(c.str.Context())) {
+	stopWatch := context.AfterFunc(c.Stream().Context(), func() {
+		if clientGone(context.Cause(c.Stream().Context())) {
 			cancel()
 		}
 	})
 	defer stopWatch()
-	peer := pooler.Peer{Addr: sc.conn.RemoteAddr(), Transport: "quic", Secure: true}
+	peer := front.Peer{Addr: sc.conn.RemoteAddr(), Transport: "quic", Secure: true}
 	if err := s.h.Serve(ctx, c, peer); err != nil {
-		log.Debug("QUIC session ended with error", "stream", c.str.StreamID(), "err", err)
+		log.Debug("QUIC session ended with error", "stream", c.Stream().StreamID(), "err", err)
 	}
 	// The handler closes rwc; closing again is a no-op and guarantees the
 	// stream's credit is released even if it did not.
@@ -578,7 +572,7 @@ func (s *Server) runStream(sc *serverConn, c *streamConn, log *slog.Logger) {
 // means the client is gone: it sent STOP_SENDING with an error code, or the
 // connection died (any connection-level error; quic-go ends the streams before
 // it cancels the connection's own context, so the cause is what to look at).
-// A STOP_SENDING with ErrCodeNoError is how a client's Close ends a finished
+// A STOP_SENDING with pgproto.QUICNoError is how a client's Close ends a finished
 // session, and a local Close or reset is the session's own end; neither counts.
 func clientGone(cause error) bool {
 	if errors.Is(cause, quic.ErrStreamClosed) {
@@ -586,21 +580,23 @@ func clientGone(cause error) bool {
 	}
 	var se *quic.StreamError
 	if errors.As(cause, &se) {
-		return se.Remote && se.ErrorCode != ErrCodeNoError.stream()
+		return se.Remote && se.ErrorCode != quicwire.StreamCode(pgproto.QUICNoError)
 	}
 	return cause != nil
 }
 
 // awaitStartup blocks until the stream holds a whole first packet (or
-// maxStartupPacket bytes), without consuming anything, or timeout passes.
+// wire.MaxStartupLen bytes, PostgreSQL's cap: a longer packet is a protocol
+// violation the handler reports), without consuming anything, or timeout
+// passes.
 // It returns the packet's code (protocol version or request code), 0 when
 // the packet is too short to hold one.
-func (s *Server) awaitStartup(c *streamConn, timeout time.Duration) (uint32, error) {
-	if err := c.str.SetReadDeadline(time.Now().Add(timeout)); err != nil {
+func (s *Server) awaitStartup(c *quicwire.Conn, timeout time.Duration) (uint32, error) {
+	if err := c.Stream().SetReadDeadline(time.Now().Add(timeout)); err != nil {
 		return 0, err
 	}
 	var hdr [4]byte
-	if _, err := c.str.Peek(hdr[:]); err != nil {
+	if _, err := c.Stream().Peek(hdr[:]); err != nil {
 		if errors.Is(err, io.EOF) {
 			return 0, io.ErrUnexpectedEOF
 		}
@@ -609,25 +605,25 @@ func (s *Server) awaitStartup(c *streamConn, timeout time.Duration) (uint32, err
 	n := int(binary.BigEndian.Uint32(hdr[:]))
 	var code uint32
 	if n > 4 {
-		if n > maxStartupPacket {
-			n = maxStartupPacket // the handler rejects it; no need to wait for more
+		if n > wire.MaxStartupLen {
+			n = wire.MaxStartupLen // the handler rejects it; no need to wait for more
 		}
 		buf := make([]byte, n)
-		if _, err := c.str.Peek(buf); err != nil && !errors.Is(err, io.EOF) {
+		if _, err := c.Stream().Peek(buf); err != nil && !errors.Is(err, io.EOF) {
 			return 0, err
 		}
 		if n >= 8 {
 			code = binary.BigEndian.Uint32(buf[4:8])
 		}
 	}
-	return code, c.str.SetReadDeadline(time.Time{})
+	return code, c.Stream().SetReadDeadline(time.Time{})
 }
 
 // Shutdown stops accepting connections and streams (new streams are reset
-// with ErrCodeServerShutdown), lets running sessions finish and closes each
-// connection with ErrCodeServerShutdown once it has no session left. When ctx
-// expires first, sessions' contexts are canceled and all connections closed;
-// Shutdown then waits for the goroutines and returns ctx's error.
+// with error code server_shutdown (2)), lets running sessions finish and
+// closes each connection with that code once it has no session left. When
+// ctx expires first, sessions' contexts are canceled and all connections
+// closed; Shutdown then waits for the goroutines and returns ctx's error.
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.mu.Lock()
 	if s.closed {
@@ -652,7 +648,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		_ = ln.Close()
 	}
 	for _, c := range idle {
-		_ = c.CloseWithError(ErrCodeServerShutdown.app(), "server shutting down")
+		_ = c.CloseWithError(quicwire.AppCode(pgproto.QUICServerShutdown), "server shutting down")
 	}
 	done := make(chan struct{})
 	go func() {
@@ -700,7 +696,7 @@ func (s *Server) closeConns() {
 	s.mu.Unlock()
 	var wg sync.WaitGroup
 	for _, c := range conns {
-		wg.Go(func() { _ = c.CloseWithError(ErrCodeServerShutdown.app(), "server shutting down") })
+		wg.Go(func() { _ = c.CloseWithError(quicwire.AppCode(pgproto.QUICServerShutdown), "server shutting down") })
 	}
 	wg.Wait()
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgproto3"
 
 	"github.com/pgquic/pgquic/backend"
+	"github.com/pgquic/pgquic/internal/pgproto"
 	"github.com/pgquic/pgquic/internal/pgtest"
 	"github.com/pgquic/pgquic/pooler"
 )
@@ -156,7 +157,7 @@ func rawClient(t *testing.T, addr string, useTLS bool) (*net.TCPConn, *pgproto3.
 	if useTLS {
 		var req [8]byte
 		binary.BigEndian.PutUint32(req[0:4], 8)
-		binary.BigEndian.PutUint32(req[4:8], sslRequestCode)
+		binary.BigEndian.PutUint32(req[4:8], pgproto.SSLRequestCode)
 		if _, err := c.Write(req[:]); err != nil {
 			t.Fatal(err)
 		}

@@ -16,8 +16,9 @@ import (
 	"github.com/jackc/pgx/v5/pgconn/ctxwatch"
 	"github.com/jackc/pgx/v5/pgproto3"
 
+	"github.com/pgquic/pgquic/internal/front"
+	"github.com/pgquic/pgquic/internal/pgproto"
 	"github.com/pgquic/pgquic/internal/pgtest"
-	"github.com/pgquic/pgquic/pooler"
 )
 
 // cancelSeen is a CancelRequest as the handler received it.
@@ -36,7 +37,7 @@ func TestCancelAtConnectionLimit(t *testing.T) {
 	started := make(chan struct{}, 1)
 	release := make(chan struct{})
 	cancels := make(chan cancelSeen, 4)
-	h := handlerFunc(func(ctx context.Context, rwc io.ReadWriteCloser, peer pooler.Peer) error {
+	h := handlerFunc(func(ctx context.Context, rwc io.ReadWriteCloser, peer front.Peer) error {
 		defer rwc.Close()
 		msg, err := pgproto3.NewBackend(rwc, rwc).ReceiveStartupMessage()
 		if err != nil {
@@ -71,7 +72,7 @@ func TestCancelAtConnectionLimit(t *testing.T) {
 	defer close(release)
 
 	cancelReq := binary.BigEndian.AppendUint32(nil, 16)
-	cancelReq = binary.BigEndian.AppendUint32(cancelReq, cancelRequestCode)
+	cancelReq = binary.BigEndian.AppendUint32(cancelReq, pgproto.CancelRequestCode)
 	cancelReq = append(cancelReq, 0, 0, 0, 7, 1, 2, 3, 4)
 	for _, useTLS := range []bool{false, true} {
 		c, err := net.Dial("tcp", s.Addr().String())
@@ -82,7 +83,7 @@ func TestCancelAtConnectionLimit(t *testing.T) {
 		var stream net.Conn = c
 		if useTLS {
 			ssl := binary.BigEndian.AppendUint32(nil, 8)
-			ssl = binary.BigEndian.AppendUint32(ssl, sslRequestCode)
+			ssl = binary.BigEndian.AppendUint32(ssl, pgproto.SSLRequestCode)
 			if _, err := c.Write(ssl); err != nil {
 				t.Fatal(err)
 			}

@@ -9,7 +9,7 @@ import (
 // its end of the connection.
 var errClientGone = errors.New("tcpfront: client closed the connection")
 
-// newProbe returns the pooler.Peer.Probe for conn: a check, without reading
+// newProbe returns the front.Peer.Probe for conn: a check, without reading
 // from the connection or waiting, that the client is still there. It looks
 // at the TCP socket itself, so it keeps working after the session switched
 // to TLS on top of it. It returns nil (no probe) when conn is not a TCP

@@ -12,15 +12,8 @@ import (
 
 	"github.com/jackc/pgx/v5/pgproto3"
 
+	"github.com/pgquic/pgquic/internal/pgproto"
 	"github.com/pgquic/pgquic/internal/wire"
-)
-
-// Startup-phase request codes from the PostgreSQL protocol ("Message
-// Formats": SSLRequest, GSSENCRequest, CancelRequest).
-const (
-	sslRequestCode    = 80877103
-	gssEncRequestCode = 80877104
-	cancelRequestCode = 80877102
 )
 
 // tooManyResponse is the FATAL error a refused client receives, with the
@@ -29,7 +22,7 @@ var tooManyResponse = func() []byte {
 	b, err := (&pgproto3.ErrorResponse{
 		Severity:            "FATAL",
 		SeverityUnlocalized: "FATAL",
-		Code:                "53300",
+		Code:                pgproto.CodeTooManyConnections,
 		Message:             "too many connections",
 		Detail:              "The pgquic TCP front is at its connection limit.",
 	}).Encode(nil)
@@ -65,7 +58,7 @@ func limitStartup(ctx context.Context, conn net.Conn, tlsCfg *tls.Config) (strea
 			code = binary.BigEndian.Uint32(body)
 		}
 		switch code {
-		case sslRequestCode:
+		case pgproto.SSLRequestCode:
 			if tlsCfg == nil || stream != conn {
 				if _, err := stream.Write([]byte{'N'}); err != nil {
 					return stream, nil, fmt.Errorf("answer SSL request: %w", err)
@@ -84,11 +77,11 @@ func limitStartup(ctx context.Context, conn net.Conn, tlsCfg *tls.Config) (strea
 			}
 			stream = tc
 			r.Reset(tc)
-		case gssEncRequestCode:
+		case pgproto.GSSEncRequestCode:
 			if _, err := stream.Write([]byte{'N'}); err != nil {
 				return stream, nil, fmt.Errorf("answer GSSENC request: %w", err)
 			}
-		case cancelRequestCode:
+		case pgproto.CancelRequestCode:
 			pkt := binary.BigEndian.AppendUint32(make([]byte, 0, 4+len(body)), uint32(4+len(body)))
 			return stream, append(pkt, body...), nil
 		default:

@@ -23,20 +23,16 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/pgquic/pgquic/pooler"
+	"github.com/pgquic/pgquic/internal/defaults"
+	"github.com/pgquic/pgquic/internal/front"
 )
-
-// Handler runs one client session. *pooler.Pooler implements it. Serve must
-// return when the session ends and close rwc; the front closes the
-// connection again afterwards, so a handler that forgets is still safe.
-type Handler interface {
-	Serve(ctx context.Context, rwc io.ReadWriteCloser, peer pooler.Peer) error
-}
 
 // Default values used when a Config field is zero.
 const (
-	// DefaultMaxConns is the connection limit when Config.MaxConns is zero.
-	DefaultMaxConns = 10000
+	// DefaultMaxConns is the connection limit when Config.MaxConns is zero:
+	// the pooler's default client limit, so the front holds no connection
+	// the pooler would refuse anyway.
+	DefaultMaxConns = defaults.MaxClients
 	// DefaultKeepAlive is the TCP keep-alive period when Config.KeepAlive is
 	// zero; short enough to notice dead clients well before pooled backends
 	// are wasted on them for long.
@@ -78,7 +74,7 @@ const refuseTimeout = 5 * time.Second
 // finally Shutdown. Its methods are safe for concurrent use.
 type Server struct {
 	cfg     Config
-	handler Handler
+	handler front.Handler
 	logger  *slog.Logger
 	m       metrics
 
@@ -100,7 +96,7 @@ type Server struct {
 
 // New checks cfg, fills defaults and registers the front's metrics with reg
 // (nil means no registration). A nil logger discards logs.
-func New(cfg Config, h Handler, logger *slog.Logger, reg prometheus.Registerer) (*Server, error) {
+func New(cfg Config, h front.Handler, logger *slog.Logger, reg prometheus.Registerer) (*Server, error) {
 	if h == nil {
 		return nil, errors.New("tcpfront: nil handler")
 	}
@@ -275,7 +271,7 @@ func (s *Server) release(conn net.Conn, admitted bool) {
 
 func (s *Server) session(conn net.Conn) {
 	defer s.release(conn, true)
-	peer := pooler.Peer{
+	peer := front.Peer{
 		Addr:       conn.RemoteAddr(),
 		Transport:  "tcp",
 		RequireTLS: s.cfg.RequireTLS,
@@ -323,7 +319,7 @@ func (s *Server) refuse(conn net.Conn) {
 	cancel()
 	if err == nil && cancelReq != nil {
 		s.m.cancelsAtLimit.Inc()
-		peer := pooler.Peer{Addr: conn.RemoteAddr(), Transport: "tcp", Secure: stream != conn}
+		peer := front.Peer{Addr: conn.RemoteAddr(), Transport: "tcp", Secure: stream != conn}
 		if err := s.handler.Serve(s.baseCtx, newReplayConn(stream, cancelReq), peer); err != nil && !isQuietEnd(err) {
 			s.logger.Debug("cancel request at the connection limit", "remote", conn.RemoteAddr(), "err", err)
 		}

@@ -23,7 +23,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"go.uber.org/goleak"
 
-	"github.com/pgquic/pgquic/pooler"
+	"github.com/pgquic/pgquic/internal/front"
 )
 
 func TestMain(m *testing.M) {
@@ -38,12 +38,12 @@ const testTimeout = 30 * time.Second
 // any StartupMessage, and answers each simple Query with an empty result.
 // It exists to exercise the front without a pooler; it is not a database.
 type fakeSession struct {
-	started chan pooler.Peer // receives the peer when a session starts
-	release chan struct{}    // when non-nil, the handler blocks until closed
-	tlsUsed chan bool        // receives whether the session switched to TLS
+	started chan front.Peer // receives the peer when a session starts
+	release chan struct{}   // when non-nil, the handler blocks until closed
+	tlsUsed chan bool       // receives whether the session switched to TLS
 }
 
-func (f *fakeSession) Serve(ctx context.Context, rwc io.ReadWriteCloser, peer pooler.Peer) error {
+func (f *fakeSession) Serve(ctx context.Context, rwc io.ReadWriteCloser, peer front.Peer) error {
 	defer rwc.Close()
 	if f.started != nil {
 		select {
@@ -126,7 +126,7 @@ func (f *fakeSession) Serve(ctx context.Context, rwc io.ReadWriteCloser, peer po
 
 // startServer runs a front on a free loopback port and shuts it down at the
 // end of the test.
-func startServer(t *testing.T, cfg Config, h Handler, reg prometheus.Registerer) *Server {
+func startServer(t *testing.T, cfg Config, h front.Handler, reg prometheus.Registerer) *Server {
 	t.Helper()
 	if cfg.Addr == "" {
 		cfg.Addr = "127.0.0.1:0"
@@ -158,7 +158,7 @@ func connString(s *Server, sslmode string) string {
 }
 
 func TestSessionPlain(t *testing.T) {
-	h := &fakeSession{started: make(chan pooler.Peer, 1)}
+	h := &fakeSession{started: make(chan front.Peer, 1)}
 	s := startServer(t, Config{}, h, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 	defer cancel()
@@ -181,7 +181,7 @@ func TestSessionPlain(t *testing.T) {
 }
 
 func TestStartTLS(t *testing.T) {
-	h := &fakeSession{started: make(chan pooler.Peer, 1), tlsUsed: make(chan bool, 1)}
+	h := &fakeSession{started: make(chan front.Peer, 1), tlsUsed: make(chan bool, 1)}
 	s := startServer(t, Config{TLSConfig: serverTLS(t), RequireTLS: true}, h, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 	defer cancel()
@@ -209,7 +209,7 @@ func TestStartTLS(t *testing.T) {
 func TestConnectionLimit(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	release := make(chan struct{})
-	h := &fakeSession{started: make(chan pooler.Peer, 1), release: release}
+	h := &fakeSession{started: make(chan front.Peer, 1), release: release}
 	s := startServer(t, Config{MaxConns: 1}, h, reg)
 	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 	defer cancel()
@@ -265,7 +265,7 @@ func TestConnectionLimit(t *testing.T) {
 
 func TestShutdownWaitsForHandler(t *testing.T) {
 	release := make(chan struct{})
-	h := &fakeSession{started: make(chan pooler.Peer, 1), release: release}
+	h := &fakeSession{started: make(chan front.Peer, 1), release: release}
 	s, err := New(Config{Addr: "127.0.0.1:0"}, h, nil, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -317,7 +317,7 @@ func TestShutdownWaitsForHandler(t *testing.T) {
 
 func TestShutdownForcesAfterGrace(t *testing.T) {
 	// A handler that ignores everything but its connection.
-	h := handlerFunc(func(ctx context.Context, rwc io.ReadWriteCloser, _ pooler.Peer) error {
+	h := handlerFunc(func(ctx context.Context, rwc io.ReadWriteCloser, _ front.Peer) error {
 		_, err := io.Copy(io.Discard, rwc)
 		return err
 	})
@@ -400,9 +400,9 @@ func value(m prometheus.Metric) float64 {
 	return d.Counter.GetValue()
 }
 
-type handlerFunc func(ctx context.Context, rwc io.ReadWriteCloser, peer pooler.Peer) error
+type handlerFunc func(ctx context.Context, rwc io.ReadWriteCloser, peer front.Peer) error
 
-func (f handlerFunc) Serve(ctx context.Context, rwc io.ReadWriteCloser, peer pooler.Peer) error {
+func (f handlerFunc) Serve(ctx context.Context, rwc io.ReadWriteCloser, peer front.Peer) error {
 	return f(ctx, rwc, peer)
 }
 

@@ -14,7 +14,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/pgquic/pgquic/config"
-	"github.com/pgquic/pgquic/quicfront"
+	"github.com/pgquic/pgquic/edge"
+	"github.com/pgquic/pgquic/quicclient"
 )
 
 const edgeUsage = `Usage: pgquic edge --pooler HOST:PORT [--listen 127.0.0.1:5433] [--ca F | --pin SHA256 | --insecure] [flags]
@@ -69,7 +70,7 @@ func parseEdgeFlags(args []string, stdout, stderr io.Writer) (edgeConfig, error)
 	var ec edgeConfig
 	fs.StringVar(&ec.listen, "listen", "127.0.0.1:5433", "local TCP `address` for clients")
 	fs.StringVar(&ec.pooler, "pooler", "", "the pooler's QUIC `address` HOST:PORT (required)")
-	fs.IntVar(&ec.conns, "conns", quicfront.DefaultDialerConns, "QUIC connections to keep to the pooler")
+	fs.IntVar(&ec.conns, "conns", quicclient.DefaultConns, "QUIC connections to keep to the pooler")
 	fs.IntVar(&ec.streams, "streams", 100, "streams (sessions) per QUIC connection before another connection is used")
 	fs.StringVar(&ec.ca, "ca", "", "PEM `file` of CA certificates that sign the pooler's certificate")
 	fs.StringVar(&ec.pin, "pin", "", "trust exactly the pooler certificate with this `SHA256` fingerprint (hex)")
@@ -124,7 +125,7 @@ func runEdgeWith(ctx context.Context, ec edgeConfig, logger *slog.Logger) error 
 		)
 		metrics = newMetricsServer(reg)
 	}
-	dialer, err := quicfront.NewDialer(quicfront.DialerConfig{
+	dialer, err := quicclient.NewDialer(quicclient.DialerConfig{
 		Addr:              ec.pooler,
 		Conns:             ec.conns,
 		ALPN:              ec.alpn,
@@ -141,20 +142,20 @@ func runEdgeWith(ctx context.Context, ec edgeConfig, logger *slog.Logger) error 
 	if reg != nil {
 		promReg = reg
 	}
-	edge, err := quicfront.NewEdge(quicfront.EdgeConfig{Listen: ec.listen, Dialer: dialer}, logger.With("component", "edge"), promReg)
+	sidecar, err := edge.New(edge.Config{Listen: ec.listen, Dialer: dialer}, logger.With("component", "edge"), promReg)
 	if err != nil {
 		return err
 	}
-	if err := edge.Listen(); err != nil {
+	if err := sidecar.Listen(); err != nil {
 		return err
 	}
 	if metrics != nil {
 		if err := metrics.Listen(ec.metricsListen); err != nil {
-			_ = edge.Shutdown(context.Background())
+			_ = sidecar.Shutdown(context.Background())
 			return err
 		}
 	}
-	attrs := []any{"listen", edge.Addr().String(), "pooler", ec.pooler, "conns", ec.conns, "streams", ec.streams}
+	attrs := []any{"listen", sidecar.Addr().String(), "pooler", ec.pooler, "conns", ec.conns, "streams", ec.streams}
 	if metrics != nil {
 		attrs = append(attrs, "metrics", "http://"+metrics.Addr().String()+"/metrics")
 	}
@@ -164,7 +165,7 @@ func runEdgeWith(ctx context.Context, ec edgeConfig, logger *slog.Logger) error 
 	defer cancelServe()
 	errc := make(chan error, 2)
 	var wg sync.WaitGroup
-	wg.Go(func() { errc <- edge.Serve(serveCtx) })
+	wg.Go(func() { errc <- sidecar.Serve(serveCtx) })
 	if metrics != nil {
 		wg.Go(func() { errc <- metrics.Serve() })
 	}
@@ -180,7 +181,7 @@ func runEdgeWith(ctx context.Context, ec edgeConfig, logger *slog.Logger) error 
 	}
 	graceCtx, cancel := context.WithTimeout(context.Background(), ec.grace)
 	defer cancel()
-	if err := edge.Shutdown(graceCtx); err != nil {
+	if err := sidecar.Shutdown(graceCtx); err != nil {
 		logger.Warn("local clients cut off at the end of the grace period", "err", err)
 	}
 	if metrics != nil {

@@ -26,6 +26,7 @@ import (
 	"github.com/pgquic/pgquic/config"
 	"github.com/pgquic/pgquic/internal/pgtest"
 	"github.com/pgquic/pgquic/loadgen/wan"
+	"github.com/pgquic/pgquic/quicclient"
 	"github.com/pgquic/pgquic/quicfront"
 )
 
@@ -240,7 +241,7 @@ func TestServeTCPAndQUIC(t *testing.T) {
 	}
 
 	// QUIC, verifying the generated certificate by the logged fingerprint.
-	qconn := connectQUIC(ctx, t, cluster, srv, quicfront.DialerConfig{Conns: 1, PinSHA256: srv.quic.Fingerprint()})
+	qconn := connectQUIC(ctx, t, cluster, srv, quicclient.DialerConfig{Conns: 1, PinSHA256: srv.quic.Fingerprint()})
 	res, err = qconn.Exec(ctx, "SELECT 'over quic'").ReadAll()
 	if err != nil {
 		t.Fatal(err)
@@ -421,7 +422,7 @@ func TestServeWithCertificate(t *testing.T) {
 		t.Error("plain TCP client accepted with require_tls")
 	}
 
-	qconn := connectQUIC(ctx, t, cluster, srv, quicfront.DialerConfig{CAFile: certFile})
+	qconn := connectQUIC(ctx, t, cluster, srv, quicclient.DialerConfig{CAFile: certFile})
 	if _, err := qconn.Exec(ctx, "SELECT 1").ReadAll(); err != nil {
 		t.Fatal(err)
 	}
@@ -461,10 +462,10 @@ func waitFor(t *testing.T, cond func() bool) {
 
 // connectQUIC opens a pgconn session over a QUIC stream of srv, with the
 // Dialer configured by dc (its Addr is filled in).
-func connectQUIC(ctx context.Context, t *testing.T, cluster *pgtest.Cluster, srv *server, dc quicfront.DialerConfig) *pgconn.PgConn {
+func connectQUIC(ctx context.Context, t *testing.T, cluster *pgtest.Cluster, srv *server, dc quicclient.DialerConfig) *pgconn.PgConn {
 	t.Helper()
 	dc.Addr = srv.quic.Addr().String()
-	dialer, err := quicfront.NewDialer(dc, nil)
+	dialer, err := quicclient.NewDialer(dc, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

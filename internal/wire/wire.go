@@ -19,15 +19,16 @@ import (
 	"fmt"
 	"io"
 	"sync"
+
+	"github.com/pgquic/pgquic/internal/defaults"
 )
 
 // HeaderLen is the size of a regular message header: type byte plus length.
 const HeaderLen = 5
 
-// DefaultMaxMessageLen bounds a single message when the caller sets no limit.
-// PostgreSQL itself refuses most messages above 1 GB; a pooler facing untrusted
-// clients wants a much smaller bound so one client cannot exhaust memory.
-const DefaultMaxMessageLen = 64 << 20
+// DefaultMaxMessageLen bounds a single message when the caller sets no limit:
+// the pooler's default bound on client messages.
+const DefaultMaxMessageLen = defaults.MaxMessageLen
 
 // MaxStartupLen is the largest startup packet accepted, the same cap
 // PostgreSQL applies (MAX_STARTUP_PACKET_LENGTH in src/include/libpq/pqcomm.h).

@@ -22,6 +22,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/pgquic/pgquic/internal/pgproto"
 	"github.com/pgquic/pgquic/pooler"
 )
 
@@ -100,9 +101,9 @@ func (e *Error) Unwrap() []error {
 // this package.
 func (e *Error) SQLState() string {
 	if errors.Is(e.Kind, ErrProtocol) {
-		return "08P01"
+		return pgproto.CodeProtocolViolation
 	}
-	return "28P01"
+	return pgproto.CodeInvalidPassword
 }
 
 // LogValue includes the detail and cause when the error is logged with slog.

@@ -1,4 +1,4 @@
-package quicfront
+package edge
 
 import (
 	"context"
@@ -13,38 +13,49 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/goleak"
+
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgproto3"
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/pgquic/pgquic/internal/pgproto"
+	"github.com/pgquic/pgquic/internal/quictest"
+	"github.com/pgquic/pgquic/internal/quictest/quicserver"
+	"github.com/pgquic/pgquic/quicclient"
+	"github.com/pgquic/pgquic/quicfront"
 )
 
-func startEdge(t *testing.T, d *Dialer) *Edge {
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+// newTestDialer returns a client Dialer to s, closed at cleanup.
+func newTestDialer(t testing.TB, cfg quicclient.DialerConfig) *quicclient.Dialer {
 	t.Helper()
-	e, err := NewEdge(EdgeConfig{Listen: "127.0.0.1:0", Dialer: d}, testLogger(t), prometheus.NewRegistry())
+	d, err := quicclient.NewDialer(cfg, quictest.Logger(t))
+	return quictest.Closing(t, d, err)
+}
+
+// startEdge runs an edge with cfg on a free loopback port until the test
+// ends.
+func startEdge(t *testing.T, cfg Config) (*Edge, *quictest.Running) {
+	t.Helper()
+	cfg.Listen = "127.0.0.1:0"
+	e, err := New(cfg, quictest.Logger(t), prometheus.NewRegistry())
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := e.Listen(); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- e.Serve(context.Background()) }()
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_ = e.Shutdown(ctx)
-		<-done
-	})
-	return e
+	return e, quictest.Run(t, e)
 }
 
 // TestEdgePgconn: pgconn over TCP to the edge, on over QUIC to the server.
 // sslmode=prefer makes pgconn send an SSLRequest first, which the edge answers 'N'.
 func TestEdgePgconn(t *testing.T) {
-	h := newScriptedPG()
-	s := startServer(t, ServerConfig{}, h)
-	d := newTestDialer(t, DialerConfig{Addr: s.Addr().String(), PinSHA256: s.Fingerprint()})
-	e := startEdge(t, d)
+	h := quictest.NewScriptedPG()
+	s, reg := quicserver.Start(t, quicfront.ServerConfig{}, h)
+	d := newTestDialer(t, quicclient.DialerConfig{Addr: s.Addr().String(), PinSHA256: s.Fingerprint()})
+	e, _ := startEdge(t, Config{Dialer: d})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	c, err := pgconn.Connect(ctx, fmt.Sprintf("postgres://u@%s/db?sslmode=prefer", e.Addr()))
@@ -52,44 +63,33 @@ func TestEdgePgconn(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i := range 5 {
-		if got, err := queryInt(ctx, c, i); err != nil || got != fmt.Sprint(i) {
+		if got, err := quictest.QueryInt(ctx, c, i); err != nil || got != fmt.Sprint(i) {
 			t.Fatalf("select %d: %q %v", i, got, err)
 		}
 	}
 	// A CancelRequest from the local client travels on a fresh stream.
-	go func() {
-		select {
-		case <-h.sleeping:
-			_ = c.CancelRequest(ctx)
-		case <-ctx.Done():
-		}
-	}()
-	_, err = c.Exec(ctx, "select pg_sleep(60)").ReadAll()
-	var pgErr *pgconn.PgError
-	if !errors.As(err, &pgErr) || pgErr.Code != "57014" {
-		t.Fatalf("want query_canceled, got %v", err)
-	}
+	quictest.CancelSleep(t, ctx, h, c)
 	if err := c.Close(ctx); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 10*time.Second, "sessions closed on both sides", func() bool {
-		return gaugeValue(t, s.reg, "pgquic_quic_streams") == 0 && d.Stats().Streams == 0
+	quictest.Eventually(t, 10*time.Second, "sessions closed on both sides", func() bool {
+		return quictest.GaugeValue(t, reg, "pgquic_quic_streams") == 0 && d.Stats().Streams == 0
 	})
 }
 
 // TestEdgeSSLRequestThenStartup does what libpq does: SSLRequest, 'N', then
 // the StartupMessage on the same connection.
 func TestEdgeSSLRequestThenStartup(t *testing.T) {
-	s := startServer(t, ServerConfig{}, newScriptedPG())
-	d := newTestDialer(t, DialerConfig{Addr: s.Addr().String(), PinSHA256: s.Fingerprint()})
-	e := startEdge(t, d)
+	s, _ := quicserver.Start(t, quicfront.ServerConfig{}, quictest.NewScriptedPG())
+	d := newTestDialer(t, quicclient.DialerConfig{Addr: s.Addr().String(), PinSHA256: s.Fingerprint()})
+	e, _ := startEdge(t, Config{Dialer: d})
 	conn, err := net.Dial("tcp", e.Addr().String())
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer conn.Close()
 	_ = conn.SetDeadline(time.Now().Add(30 * time.Second))
-	for _, code := range []uint32{gssEncRequestCode, sslRequestCode} {
+	for _, code := range []uint32{pgproto.GSSEncRequestCode, pgproto.SSLRequestCode} {
 		req := make([]byte, 8)
 		binary.BigEndian.PutUint32(req[0:4], 8)
 		binary.BigEndian.PutUint32(req[4:8], code)
@@ -148,9 +148,9 @@ func TestEdgePsql(t *testing.T) {
 		}
 		t.Skip("psql not installed")
 	}
-	s := startServer(t, ServerConfig{}, newScriptedPG())
-	d := newTestDialer(t, DialerConfig{Addr: s.Addr().String(), PinSHA256: s.Fingerprint()})
-	e := startEdge(t, d)
+	s, _ := quicserver.Start(t, quicfront.ServerConfig{}, quictest.NewScriptedPG())
+	d := newTestDialer(t, quicclient.DialerConfig{Addr: s.Addr().String(), PinSHA256: s.Fingerprint()})
+	e, _ := startEdge(t, Config{Dialer: d})
 	host, port, _ := net.SplitHostPort(e.Addr().String())
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -167,28 +167,16 @@ func TestEdgePsql(t *testing.T) {
 // TestEdgeUnreachablePooler: the local client gets a FATAL 08006 error.
 func TestEdgeUnreachablePooler(t *testing.T) {
 	// A UDP port with nothing behind it.
-	u := mustUDP(t)
+	u := quictest.MustUDP(t)
 	addr := u.LocalAddr().String()
 	_ = u.Close()
-	d := newTestDialer(t, DialerConfig{Addr: addr, Insecure: true})
-	e, err := NewEdge(EdgeConfig{Listen: "127.0.0.1:0", Dialer: d, StartupTimeout: time.Second}, nil, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := e.Listen(); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- e.Serve(context.Background()) }()
-	defer func() {
-		_ = e.Shutdown(context.Background())
-		<-done
-	}()
+	d := newTestDialer(t, quicclient.DialerConfig{Addr: addr, Insecure: true})
+	e, _ := startEdge(t, Config{Dialer: d, StartupTimeout: time.Second})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	_, err = pgconn.Connect(ctx, fmt.Sprintf("postgres://u@%s/db?sslmode=disable", e.Addr()))
+	_, err := pgconn.Connect(ctx, fmt.Sprintf("postgres://u@%s/db?sslmode=disable", e.Addr()))
 	var pgErr *pgconn.PgError
-	if !errors.As(err, &pgErr) || pgErr.Code != "08006" {
+	if !errors.As(err, &pgErr) || pgErr.Code != pgproto.CodeConnectionFailure {
 		t.Fatalf("want 08006, got %v", err)
 	}
 }
@@ -196,17 +184,9 @@ func TestEdgeUnreachablePooler(t *testing.T) {
 // TestEdgeShutdownCutsAfterGrace: a session still open when the grace
 // period ends is cut.
 func TestEdgeShutdownCutsAfterGrace(t *testing.T) {
-	s := startServer(t, ServerConfig{}, newScriptedPG())
-	d := newTestDialer(t, DialerConfig{Addr: s.Addr().String(), PinSHA256: s.Fingerprint()})
-	e, err := NewEdge(EdgeConfig{Listen: "127.0.0.1:0", Dialer: d}, nil, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := e.Listen(); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- e.Serve(context.Background()) }()
+	s, _ := quicserver.Start(t, quicfront.ServerConfig{}, quictest.NewScriptedPG())
+	d := newTestDialer(t, quicclient.DialerConfig{Addr: s.Addr().String(), PinSHA256: s.Fingerprint()})
+	e, run := startEdge(t, Config{Dialer: d})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	c, err := pgconn.Connect(ctx, fmt.Sprintf("postgres://u@%s/db?sslmode=disable", e.Addr()))
@@ -219,10 +199,10 @@ func TestEdgeShutdownCutsAfterGrace(t *testing.T) {
 	if err := e.Shutdown(sctx); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("Shutdown = %v", err)
 	}
-	if err := <-done; err != nil {
+	if err := run.Wait(); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := queryInt(ctx, c, 1); err == nil {
+	if _, err := quictest.QueryInt(ctx, c, 1); err == nil {
 		t.Fatal("session survived edge shutdown")
 	}
 	if _, err := net.DialTimeout("tcp", e.Addr().String(), time.Second); err == nil {

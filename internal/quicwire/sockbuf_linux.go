@@ -1,6 +1,6 @@
 //go:build linux
 
-package quicfront
+package quicwire
 
 import (
 	"net"

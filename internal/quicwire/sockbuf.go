@@ -1,4 +1,4 @@
-package quicfront
+package quicwire
 
 import (
 	"log/slog"
@@ -10,13 +10,13 @@ import (
 // bursts of packets are dropped by the kernel on fast links.
 const udpBufferSize = 7 << 20
 
-// raiseUDPBuffers grows the socket's receive and send buffers to
+// RaiseUDPBuffers grows the socket's receive and send buffers to
 // udpBufferSize and logs one line with the sysctl fix when the kernel caps
 // them. quic-go checks the sizes again when the transport starts and would
 // print its own warning through the standard logger; after logging here its
 // warning is switched off (QUIC_GO_DISABLE_RECEIVE_BUFFER_WARNING), so
 // operators see one clear message on the injected logger.
-func raiseUDPBuffers(conn *net.UDPConn, logger *slog.Logger) {
+func RaiseUDPBuffers(conn *net.UDPConn, logger *slog.Logger) {
 	_ = conn.SetReadBuffer(udpBufferSize)
 	_ = conn.SetWriteBuffer(udpBufferSize)
 	rcv, snd, ok := effectiveUDPBuffers(conn, udpBufferSize)

@@ -1,6 +1,13 @@
-package quicfront
+// Package quicwire holds the QUIC side of pgquic's wire contract that the
+// server front (quicfront) and the client (quicclient) share: a stream as a
+// net.Conn that finishes both halves on Close, the application error codes
+// in quic-go's types, the certificate fingerprint clients pin, and the UDP
+// socket buffer sizing both ends apply. It never imports the pooler.
+package quicwire
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"net"
 	"sync"
@@ -8,16 +15,18 @@ import (
 	"time"
 
 	"github.com/quic-go/quic-go"
+
+	"github.com/pgquic/pgquic/internal/pgproto"
 )
 
-// streamConn adapts a *quic.Stream to net.Conn (and so io.ReadWriteCloser),
+// Conn adapts a *quic.Stream to net.Conn (and so io.ReadWriteCloser),
 // which is what the pooler and pgx expect.
 //
 // quic-go forbids calling Stream.Close concurrently with Write, and a stream's
 // credit only returns to the peer once both directions are finished, so the
 // adapter serializes the send side with a mutex and always finishes both
 // halves in Close.
-type streamConn struct {
+type Conn struct {
 	str    *quic.Stream
 	local  net.Addr
 	remote net.Addr
@@ -31,15 +40,21 @@ type streamConn struct {
 	closeOnce sync.Once
 }
 
-var _ net.Conn = (*streamConn)(nil)
+var _ net.Conn = (*Conn)(nil)
 
-func newStreamConn(str *quic.Stream, conn *quic.Conn, onClose func()) *streamConn {
-	return &streamConn{str: str, local: conn.LocalAddr(), remote: conn.RemoteAddr(), onClose: onClose}
+// NewConn wraps str, a stream of conn. onClose, when not nil, runs once after
+// Close or Abort finished both halves.
+func NewConn(str *quic.Stream, conn *quic.Conn, onClose func()) *Conn {
+	return &Conn{str: str, local: conn.LocalAddr(), remote: conn.RemoteAddr(), onClose: onClose}
 }
+
+// Stream returns the wrapped stream, for what net.Conn does not offer (its
+// ID, Peek, its context).
+func (c *Conn) Stream() *quic.Stream { return c.str }
 
 // Read reads session bytes from the peer. io.EOF means the peer closed its
 // send side (FIN).
-func (c *streamConn) Read(p []byte) (int, error) {
+func (c *Conn) Read(p []byte) (int, error) {
 	n, err := c.str.Read(p)
 	if err != nil {
 		var se *quic.StreamError
@@ -51,7 +66,7 @@ func (c *streamConn) Read(p []byte) (int, error) {
 }
 
 // Write sends session bytes; it fails with net.ErrClosed after CloseWrite or Close.
-func (c *streamConn) Write(p []byte) (int, error) {
+func (c *Conn) Write(p []byte) (int, error) {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
 	if c.sendDone {
@@ -62,7 +77,7 @@ func (c *streamConn) Write(p []byte) (int, error) {
 
 // CloseWrite closes the send side only (FIN), like (*net.TCPConn).CloseWrite:
 // the peer reads io.EOF while this side can still read its answer.
-func (c *streamConn) CloseWrite() error {
+func (c *Conn) CloseWrite() error {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
 	if c.sendDone {
@@ -70,7 +85,7 @@ func (c *streamConn) CloseWrite() error {
 	}
 	c.sendDone = true
 	if c.peerReset.Load() {
-		c.str.CancelWrite(ErrCodeAborted.stream())
+		c.str.CancelWrite(StreamCode(pgproto.QUICAborted))
 		return nil
 	}
 	_ = c.str.Close() // only fails for a stream the peer stopped; that still counts as done
@@ -81,21 +96,21 @@ func (c *streamConn) CloseWrite() error {
 // once: the receive side is canceled (STOP_SENDING, no error) and the send
 // side gets a FIN, or a reset if the peer reset the stream or a Write is still
 // running. It is idempotent and safe to call concurrently with Read and Write.
-func (c *streamConn) Close() error {
+func (c *Conn) Close() error {
 	c.closeOnce.Do(func() {
 		// Receive half first: it unblocks a pending Read and needs no lock.
-		c.str.CancelRead(ErrCodeNoError.stream())
+		c.str.CancelRead(StreamCode(pgproto.QUICNoError))
 		if !c.wmu.TryLock() {
 			// A Write is running, maybe blocked on flow control. Closing in the
 			// middle of a write cannot end cleanly: abort the send side, which
 			// unblocks the Write, then take the lock.
-			c.str.CancelWrite(ErrCodeAborted.stream())
+			c.str.CancelWrite(StreamCode(pgproto.QUICAborted))
 			c.wmu.Lock()
 			c.sendDone = true
 		} else if !c.sendDone {
 			c.sendDone = true
 			if c.peerReset.Load() {
-				c.str.CancelWrite(ErrCodeAborted.stream())
+				c.str.CancelWrite(StreamCode(pgproto.QUICAborted))
 			} else {
 				_ = c.str.Close()
 			}
@@ -108,13 +123,14 @@ func (c *streamConn) Close() error {
 	return nil
 }
 
-// abort resets both halves with code; used when a stream is refused.
-func (c *streamConn) abort(code ErrorCode) {
+// Abort resets both halves with code; used when a stream is refused or a
+// session is cut.
+func (c *Conn) Abort(code pgproto.QUICErrorCode) {
 	c.closeOnce.Do(func() {
-		c.str.CancelRead(code.stream())
+		c.str.CancelRead(StreamCode(code))
 		c.wmu.Lock()
 		c.sendDone = true
-		c.str.CancelWrite(code.stream())
+		c.str.CancelWrite(StreamCode(code))
 		c.wmu.Unlock()
 		if c.onClose != nil {
 			c.onClose()
@@ -123,16 +139,31 @@ func (c *streamConn) abort(code ErrorCode) {
 }
 
 // LocalAddr returns the local UDP address of the QUIC connection.
-func (c *streamConn) LocalAddr() net.Addr { return c.local }
+func (c *Conn) LocalAddr() net.Addr { return c.local }
 
 // RemoteAddr returns the peer's UDP address of the QUIC connection.
-func (c *streamConn) RemoteAddr() net.Addr { return c.remote }
+func (c *Conn) RemoteAddr() net.Addr { return c.remote }
 
 // SetDeadline sets both read and write deadlines of the stream.
-func (c *streamConn) SetDeadline(t time.Time) error { return c.str.SetDeadline(t) }
+func (c *Conn) SetDeadline(t time.Time) error { return c.str.SetDeadline(t) }
 
 // SetReadDeadline sets the read deadline of the stream.
-func (c *streamConn) SetReadDeadline(t time.Time) error { return c.str.SetReadDeadline(t) }
+func (c *Conn) SetReadDeadline(t time.Time) error { return c.str.SetReadDeadline(t) }
 
 // SetWriteDeadline sets the write deadline of the stream.
-func (c *streamConn) SetWriteDeadline(t time.Time) error { return c.str.SetWriteDeadline(t) }
+func (c *Conn) SetWriteDeadline(t time.Time) error { return c.str.SetWriteDeadline(t) }
+
+// StreamCode converts a wire-contract code for RESET_STREAM and STOP_SENDING.
+func StreamCode(c pgproto.QUICErrorCode) quic.StreamErrorCode { return quic.StreamErrorCode(c) }
+
+// AppCode converts a wire-contract code for CONNECTION_CLOSE.
+func AppCode(c pgproto.QUICErrorCode) quic.ApplicationErrorCode {
+	return quic.ApplicationErrorCode(c)
+}
+
+// Fingerprint returns the hex SHA-256 of a DER certificate: the value a
+// client pins and a server with a generated certificate logs.
+func Fingerprint(der []byte) string {
+	sum := sha256.Sum256(der)
+	return hex.EncodeToString(sum[:])
+}

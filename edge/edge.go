@@ -1,4 +1,10 @@
-package quicfront
+// Package edge is pgquic's edge sidecar: it lets any libpq client (psql,
+// pgbench, an application in another language) use the QUIC transport. Every
+// TCP connection accepted on a local port becomes one stream to the pooler,
+// opened by a quicclient.Dialer; SSLRequest and GSSENCRequest are answered
+// 'N' locally, since QUIC already encrypts the path and the local hop is
+// loopback. `pgquic edge` runs it.
+package edge
 
 import (
 	"context"
@@ -13,39 +19,36 @@ import (
 
 	"github.com/jackc/pgx/v5/pgproto3"
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/pgquic/pgquic/internal/defaults"
+	"github.com/pgquic/pgquic/internal/pgproto"
+	"github.com/pgquic/pgquic/internal/quicwire"
+	"github.com/pgquic/pgquic/internal/wire"
+	"github.com/pgquic/pgquic/quicclient"
 )
 
-// Request codes of the PostgreSQL startup packets the edge recognises
-// (https://www.postgresql.org/docs/current/protocol-message-formats.html).
-const (
-	cancelRequestCode = 80877102
-	sslRequestCode    = 80877103
-	gssEncRequestCode = 80877104
-)
+// DefaultStartupTimeout (10 s) bounds how long a local client may take to
+// send its startup packet.
+const DefaultStartupTimeout = defaults.EdgeStartupTimeout
 
-// DefaultEdgeStartupTimeout bounds how long a local client may take to send
-// its startup packet.
-const DefaultEdgeStartupTimeout = 10 * time.Second
-
-// EdgeConfig configures the edge sidecar.
-type EdgeConfig struct {
+// Config configures the edge sidecar.
+type Config struct {
 	// Listen is the local TCP address, e.g. 127.0.0.1:5433. Required.
 	Listen string
 	// Dialer carries the sessions to the pooler. Required; the edge does not
 	// close it.
-	Dialer *Dialer
+	Dialer *quicclient.Dialer
 	// StartupTimeout bounds how long a local client may take to send its
 	// startup packet, and then how long opening its stream may take.
 	// Default 10s.
 	StartupTimeout time.Duration
 }
 
-// Edge is a sidecar that lets any libpq client use the QUIC transport: every
-// TCP connection accepted on a local port becomes one stream to the pooler.
-// SSLRequest and GSSENCRequest are answered 'N' locally, since QUIC already
-// encrypts the path and the local hop is loopback.
+// Edge is the sidecar: a local TCP listener whose every connection becomes
+// one stream to the pooler. Create it with New, then call Listen, Serve and
+// finally Shutdown.
 type Edge struct {
-	cfg EdgeConfig
+	cfg Config
 	log *slog.Logger
 
 	sessions      prometheus.Gauge
@@ -67,20 +70,20 @@ type Edge struct {
 // its stream.
 type edgeSession struct {
 	tcp net.Conn
-	str *streamConn // guarded by Edge.mu
+	str *quicwire.Conn // guarded by Edge.mu
 }
 
-// NewEdge validates cfg. logger nil discards logs; reg nil skips metric
+// New validates cfg. logger nil discards logs; reg nil skips metric
 // registration.
-func NewEdge(cfg EdgeConfig, logger *slog.Logger, reg prometheus.Registerer) (*Edge, error) {
+func New(cfg Config, logger *slog.Logger, reg prometheus.Registerer) (*Edge, error) {
 	if cfg.Listen == "" {
-		return nil, errors.New("quicfront: EdgeConfig.Listen is required")
+		return nil, errors.New("edge: Config.Listen is required")
 	}
 	if cfg.Dialer == nil {
-		return nil, errors.New("quicfront: EdgeConfig.Dialer is required")
+		return nil, errors.New("edge: Config.Dialer is required")
 	}
 	if cfg.StartupTimeout == 0 {
-		cfg.StartupTimeout = DefaultEdgeStartupTimeout
+		cfg.StartupTimeout = DefaultStartupTimeout
 	}
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
@@ -99,7 +102,7 @@ func NewEdge(cfg EdgeConfig, logger *slog.Logger, reg prometheus.Registerer) (*E
 	if reg != nil {
 		for _, c := range []prometheus.Collector{e.sessions, e.sessionsTotal, e.dialErrors} {
 			if err := reg.Register(c); err != nil {
-				return nil, fmt.Errorf("quicfront: register edge metrics: %w", err)
+				return nil, fmt.Errorf("edge: register metrics: %w", err)
 			}
 		}
 	}
@@ -107,22 +110,25 @@ func NewEdge(cfg EdgeConfig, logger *slog.Logger, reg prometheus.Registerer) (*E
 	return e, nil
 }
 
+// ErrClosed is returned by Listen once the edge was shut down.
+var ErrClosed = errors.New("edge: closed")
+
 // Listen binds the local TCP listener.
 func (e *Edge) Listen() error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.draining {
-		return ErrServerClosed
+		return ErrClosed
 	}
 	if e.ln != nil {
-		return errors.New("quicfront: edge Listen called twice")
+		return errors.New("edge: Listen called twice")
 	}
 	ln, err := net.Listen("tcp", e.cfg.Listen)
 	if err != nil {
-		return fmt.Errorf("quicfront: edge listen %s: %w", e.cfg.Listen, err)
+		return fmt.Errorf("edge: listen %s: %w", e.cfg.Listen, err)
 	}
 	e.ln = ln
-	e.log.Info("edge listening", "addr", ln.Addr().String(), "pooler", e.cfg.Dialer.cfg.Addr)
+	e.log.Info("edge listening", "addr", ln.Addr().String(), "pooler", e.cfg.Dialer.Addr())
 	return nil
 }
 
@@ -144,7 +150,7 @@ func (e *Edge) Serve(ctx context.Context) error {
 	ln := e.ln
 	e.mu.Unlock()
 	if ln == nil {
-		return errors.New("quicfront: edge Serve called before Listen")
+		return errors.New("edge: Serve called before Listen")
 	}
 	watchDone := make(chan struct{})
 	defer close(watchDone)
@@ -177,7 +183,7 @@ func (e *Edge) Serve(ctx context.Context) error {
 			e.stop()
 			e.cutAll()
 			e.wg.Wait()
-			return fmt.Errorf("quicfront: edge accept: %w", err)
+			return fmt.Errorf("edge: accept: %w", err)
 		}
 		s := &edgeSession{tcp: c}
 		e.mu.Lock()
@@ -218,22 +224,22 @@ func (e *Edge) run(s *edgeSession) {
 	if err != nil {
 		e.dialErrors.Inc()
 		log.Warn("edge: cannot open a stream to the pooler", "err", err)
-		if code != cancelRequestCode {
+		if code != pgproto.CancelRequestCode {
 			e.sendError(s.tcp, err)
 		}
 		return
 	}
-	str := nc.(*streamConn)
+	str := nc.(*quicwire.Conn)
 	e.mu.Lock()
 	s.str = str
 	cut := e.baseCtx.Err() != nil
 	e.mu.Unlock()
 	if cut {
-		str.abort(ErrCodeAborted)
+		str.Abort(pgproto.QUICAborted)
 		return
 	}
 	if _, err := str.Write(packets); err != nil {
-		str.abort(ErrCodeAborted)
+		str.Abort(pgproto.QUICAborted)
 		log.Debug("edge: forwarding startup packet failed", "err", err)
 		return
 	}
@@ -244,7 +250,7 @@ func (e *Edge) run(s *edgeSession) {
 // direction is passed on as a half-close (TCP EOF becomes the stream's FIN,
 // the stream's EOF becomes TCP's FIN); an error in either direction aborts
 // both.
-func (e *Edge) pipe(tcp net.Conn, str *streamConn) {
+func (e *Edge) pipe(tcp net.Conn, str *quicwire.Conn) {
 	errc := make(chan error, 2)
 	go func() {
 		_, err := io.Copy(str, tcp)
@@ -267,7 +273,7 @@ func (e *Edge) pipe(tcp net.Conn, str *streamConn) {
 		if err := <-errc; err != nil && failed == nil {
 			failed = err
 			// Abort both sides so the other copy ends too.
-			str.abort(ErrCodeAborted)
+			str.Abort(pgproto.QUICAborted)
 			_ = tcp.Close()
 		}
 	}
@@ -292,7 +298,7 @@ func (e *Edge) readFirst(c net.Conn) ([]byte, uint32, error) {
 			return nil, 0, err
 		}
 		code := binary.BigEndian.Uint32(pkt[4:8])
-		if code == sslRequestCode || code == gssEncRequestCode {
+		if code == pgproto.SSLRequestCode || code == pgproto.GSSEncRequestCode {
 			if _, err := c.Write([]byte{'N'}); err != nil {
 				return nil, 0, fmt.Errorf("answer encryption request: %w", err)
 			}
@@ -313,7 +319,7 @@ func readStartupPacket(r io.Reader) ([]byte, error) {
 		return nil, fmt.Errorf("read startup packet length: %w", err)
 	}
 	n := binary.BigEndian.Uint32(hdr[:])
-	if n < 8 || n > maxStartupPacket {
+	if n < 8 || n > wire.MaxStartupLen {
 		return nil, fmt.Errorf("invalid startup packet length %d", n)
 	}
 	pkt := make([]byte, n)
@@ -327,7 +333,7 @@ func readStartupPacket(r io.Reader) ([]byte, error) {
 // sendError tells a libpq client why its session cannot start, as a FATAL
 // ErrorResponse with SQLSTATE 08006 (connection failure).
 func (e *Edge) sendError(c net.Conn, cause error) {
-	msg := &pgproto3.ErrorResponse{Severity: "FATAL", SeverityUnlocalized: "FATAL", Code: "08006",
+	msg := &pgproto3.ErrorResponse{Severity: "FATAL", SeverityUnlocalized: "FATAL", Code: pgproto.CodeConnectionFailure,
 		Message: "pgquic edge: cannot reach the pooler over QUIC: " + cause.Error()}
 	buf, err := msg.Encode(nil)
 	if err != nil {
@@ -359,7 +365,7 @@ func (e *Edge) cutAll() {
 	for s := range e.active {
 		_ = s.tcp.Close()
 		if s.str != nil {
-			s.str.abort(ErrCodeAborted)
+			s.str.Abort(pgproto.QUICAborted)
 		}
 	}
 }
@@ -381,6 +387,6 @@ func (e *Edge) Shutdown(ctx context.Context) error {
 	case <-ctx.Done():
 		e.cutAll()
 		<-done
-		return fmt.Errorf("quicfront: edge shutdown grace period over: %w", ctx.Err())
+		return fmt.Errorf("edge: shutdown grace period over: %w", ctx.Err())
 	}
 }

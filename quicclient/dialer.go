@@ -1,4 +1,14 @@
-package quicfront
+// Package quicclient is the client of pgquic's QUIC transport, for programs
+// that embed it: a Dialer opens one PostgreSQL session per QUIC stream over a
+// few shared QUIC connections to a pgquic pooler, and plugs into pgx, pgxpool
+// and database/sql (through pgx's stdlib) as their DialFunc. The server is
+// verified by a CA file, a pinned SHA-256 certificate fingerprint, or, for
+// development, not at all.
+//
+// The package depends on quic-go and the standard library only, never on the
+// pooler or its server connection pools, so an application that imports it
+// gets a dialer and nothing of the server.
+package quicclient
 
 import (
 	"context"
@@ -10,13 +20,28 @@ import (
 	"sync"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/quic-go/quic-go"
+
+	"github.com/pgquic/pgquic/internal/defaults"
+	"github.com/pgquic/pgquic/internal/pgproto"
+	"github.com/pgquic/pgquic/internal/quicwire"
 )
 
 // Defaults of DialerConfig, applied to zero fields.
 const (
-	DefaultDialerConns = 4
+	// DefaultConns (4) is how many QUIC connections a Dialer keeps.
+	DefaultConns = defaults.DialerConns
+	// DefaultALPN ("pgquic/1") is the application protocol of the QUIC
+	// wire contract, version 1; the server front offers the same by default.
+	DefaultALPN = pgproto.ALPN
+	// DefaultKeepAlivePeriod (15 s) sends a keep-alive on a quiet
+	// connection, well under DefaultIdleTimeout and typical UDP NAT timeouts.
+	DefaultKeepAlivePeriod = defaults.QUICKeepAlivePeriod
+	// DefaultIdleTimeout (60 s) is quic MaxIdleTimeout.
+	DefaultIdleTimeout = defaults.QUICIdleTimeout
+	// DefaultMaxStreamsPerConn (1000) is the soft cap of streams per
+	// connection, the stream credit the server front grants by default.
+	DefaultMaxStreamsPerConn = defaults.QUICMaxStreamsPerConn
 )
 
 // DialerConfig configures the client side. Zero values take the defaults
@@ -56,16 +81,16 @@ type DialerConfig struct {
 
 func (c *DialerConfig) populate() error {
 	if c.Addr == "" {
-		return errors.New("quicfront: DialerConfig.Addr is required")
+		return errors.New("quicclient: DialerConfig.Addr is required")
 	}
 	if _, _, err := net.SplitHostPort(c.Addr); err != nil {
-		return fmt.Errorf("quicfront: DialerConfig.Addr: %w", err)
+		return fmt.Errorf("quicclient: DialerConfig.Addr: %w", err)
 	}
 	if c.Conns == 0 {
-		c.Conns = DefaultDialerConns
+		c.Conns = DefaultConns
 	}
 	if c.Conns < 0 {
-		return fmt.Errorf("quicfront: Conns %d must be positive", c.Conns)
+		return fmt.Errorf("quicclient: Conns %d must be positive", c.Conns)
 	}
 	if c.ALPN == "" {
 		c.ALPN = DefaultALPN
@@ -83,7 +108,7 @@ func (c *DialerConfig) populate() error {
 		c.MaxStreamsPerConn = DefaultMaxStreamsPerConn
 	}
 	if c.IdleTimeout < 0 || c.MaxStreamsPerConn < 0 {
-		return errors.New("quicfront: IdleTimeout and MaxStreamsPerConn must not be negative")
+		return errors.New("quicclient: IdleTimeout and MaxStreamsPerConn must not be negative")
 	}
 	return nil
 }
@@ -153,7 +178,7 @@ func NewDialer(cfg DialerConfig, logger *slog.Logger) (*Dialer, error) {
 // dialing or re-dialing a connection when needed. If opening the stream fails
 // because the connection just died, it retries once on a fresh connection.
 // The returned net.Conn's Close sends FIN and cancels reading, releasing the
-// stream's credit at once.
+// stream's credit at once; it also has CloseWrite, which sends FIN only.
 func (d *Dialer) Dial(ctx context.Context) (net.Conn, error) {
 	var lastErr error
 	for attempt := 0; attempt < 2; attempt++ {
@@ -163,10 +188,10 @@ func (d *Dialer) Dial(ctx context.Context) (net.Conn, error) {
 		}
 		str, err := cc.conn.OpenStreamSync(ctx)
 		if err == nil {
-			return newStreamConn(str, cc.conn, func() { d.release(cc) }), nil
+			return quicwire.NewConn(str, cc.conn, func() { d.release(cc) }), nil
 		}
 		d.release(cc)
-		lastErr = fmt.Errorf("quicfront: open stream: %w", err)
+		lastErr = fmt.Errorf("quicclient: open stream: %w", err)
 		if ctx.Err() != nil || cc.conn.Context().Err() == nil {
 			return nil, lastErr
 		}
@@ -176,14 +201,28 @@ func (d *Dialer) Dial(ctx context.Context) (net.Conn, error) {
 	return nil, lastErr
 }
 
-// DialFunc adapts Dial to pgconn.Config.DialFunc. network and addr are
-// ignored: every session, and pgx's CancelRequest, becomes a fresh stream to
-// the configured pooler.
-func (d *Dialer) DialFunc() pgconn.DialFunc {
+// DialFunc adapts Dial to pgconn.Config.DialFunc (the type is the same
+// function signature, so this package needs no pgx import). network and
+// addr are ignored: every session, and pgx's CancelRequest, becomes a fresh
+// stream to the configured pooler.
+func (d *Dialer) DialFunc() func(ctx context.Context, network, addr string) (net.Conn, error) {
 	return func(ctx context.Context, _, _ string) (net.Conn, error) {
 		return d.Dial(ctx)
 	}
 }
+
+// LookupFunc is the pgconn.Config.LookupFunc to use with DialFunc: pgx
+// resolves the host of its connection string before dialing, but the host
+// is only a label here (the Dialer knows the pooler's address), so the
+// function returns it unchanged and no DNS lookup happens.
+func (d *Dialer) LookupFunc() func(ctx context.Context, host string) ([]string, error) {
+	return func(_ context.Context, host string) ([]string, error) {
+		return []string{host}, nil
+	}
+}
+
+// Addr returns the pooler address the Dialer dials.
+func (d *Dialer) Addr() string { return d.cfg.Addr }
 
 // Stats reports the live connections and open streams.
 func (d *Dialer) Stats() DialerStats {
@@ -252,7 +291,7 @@ func (d *Dialer) pick(ctx context.Context) (*clientConn, error) {
 			select {
 			case <-ch:
 			case <-ctx.Done():
-				return nil, fmt.Errorf("quicfront: waiting for a QUIC connection: %w", ctx.Err())
+				return nil, fmt.Errorf("quicclient: waiting for a QUIC connection: %w", ctx.Err())
 			}
 		}
 	}
@@ -276,7 +315,7 @@ func (d *Dialer) dialSlot(ctx context.Context, i int) (*clientConn, error) {
 		return nil, err
 	}
 	if d.closed {
-		_ = conn.CloseWithError(ErrCodeNoError.app(), "dialer closed")
+		_ = conn.CloseWithError(quicwire.AppCode(ErrCodeNoError), "dialer closed")
 		return nil, ErrDialerClosed
 	}
 	cc := &clientConn{conn: conn, slot: i, open: 1}
@@ -289,11 +328,11 @@ func (d *Dialer) dialSlot(ctx context.Context, i int) (*clientConn, error) {
 func (d *Dialer) dialConn(ctx context.Context, tr *quic.Transport) (*quic.Conn, error) {
 	raddr, err := net.ResolveUDPAddr("udp", d.cfg.Addr)
 	if err != nil {
-		return nil, fmt.Errorf("quicfront: resolve %s: %w", d.cfg.Addr, err)
+		return nil, fmt.Errorf("quicclient: resolve %s: %w", d.cfg.Addr, err)
 	}
 	conn, err := tr.Dial(ctx, raddr, d.tlsConf, d.quicCfg)
 	if err != nil {
-		return nil, fmt.Errorf("quicfront: dial %s: %w", d.cfg.Addr, err)
+		return nil, fmt.Errorf("quicclient: dial %s: %w", d.cfg.Addr, err)
 	}
 	d.log.Debug("QUIC connection established", "addr", raddr.String())
 	return conn, nil
@@ -316,9 +355,9 @@ func (d *Dialer) ensureTransport() error {
 	}
 	udp, err := net.ListenUDP(network, nil)
 	if err != nil {
-		return fmt.Errorf("quicfront: bind UDP socket: %w", err)
+		return fmt.Errorf("quicclient: bind UDP socket: %w", err)
 	}
-	raiseUDPBuffers(udp, d.log)
+	quicwire.RaiseUDPBuffers(udp, d.log)
 	d.udp = udp
 	d.tr = &quic.Transport{Conn: udp}
 	return nil
@@ -369,7 +408,7 @@ func (d *Dialer) Close() error {
 	}
 	d.mu.Unlock()
 	for _, c := range conns {
-		_ = c.CloseWithError(ErrCodeNoError.app(), "client closed")
+		_ = c.CloseWithError(quicwire.AppCode(ErrCodeNoError), "client closed")
 	}
 	d.wg.Wait()
 	// No new transport can appear: ensureTransport runs under d.mu and checks closed first.

@@ -1,0 +1,175 @@
+package pooler
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/pgquic/pgquic/backend"
+	"github.com/pgquic/pgquic/internal/pgproto"
+)
+
+// Lending a server connection to a session: the attachment (see relay.go)
+// is made when a message needs a server and none is attached. A function
+// named ...Locked is called with s.mu held and returns with it held; the
+// caller takes and releases the lock, so both are visible where it is
+// called.
+
+// currentLocked returns the live attachment, or nil when no server
+// connection is attached. s.mu must be held.
+func (s *session) currentLocked() *attachment {
+	if a := s.att; a != nil && !a.released {
+		return a
+	}
+	return nil
+}
+
+// attachLocked returns the live attachment, acquiring a server connection
+// first when none is attached. s.mu must be held. Acquiring waits on the
+// pool and on the server (parameter sync), so attachLocked releases s.mu
+// for that while and takes it again before it returns, on success and on
+// error alike: the caller unlocks, as it locked.
+func (s *session) attachLocked(ctx context.Context) (*attachment, error) {
+	if a := s.currentLocked(); a != nil {
+		return a, nil
+	}
+	if s.draining {
+		return nil, fatal(pgproto.CodeAdminShutdown, "the pooler is shutting down", ErrShuttingDown)
+	}
+	s.mu.Unlock()
+	conn, err := s.connect(ctx)
+	s.mu.Lock()
+	if err != nil {
+		return nil, err
+	}
+	a := s.startAttachmentLocked(conn)
+	if err := s.reapplyParams(a); err != nil {
+		return nil, err
+	}
+	return a, nil
+}
+
+// connect borrows a server connection and brings its parameters in line
+// with the client's. It blocks on the pool and on the server, so s.mu must
+// not be held.
+func (s *session) connect(ctx context.Context) (*backend.Conn, error) {
+	if err := s.flushClient(); err != nil { // a previous relay may still hold bytes
+		return nil, err
+	}
+	conn, err := s.acquireConn(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.syncParams(ctx, conn); err != nil {
+		var pe *PGError
+		if errors.As(err, &pe) && pe.Severity != "FATAL" {
+			conn.Release() // the SET failed cleanly; the server is idle again
+		} else {
+			conn.Destroy()
+		}
+		return nil, err
+	}
+	return conn, nil
+}
+
+// startRelayLocked starts the relay goroutine for a. s.mu must be held.
+func (s *session) startRelayLocked(a *attachment) {
+	a.relaying = true
+	a.done = make(chan struct{})
+	go s.relay(a)
+}
+
+// acquireConn borrows a server connection, bounded by AcquireTimeout.
+func (s *session) acquireConn(ctx context.Context) (*backend.Conn, error) {
+	if conn, err := s.pool.TryAcquire(ctx); err == nil {
+		s.p.m.waitSeconds.Observe(0)
+		return conn, nil
+	}
+	start := time.Now()
+	tctx, cancel := context.WithTimeout(ctx, s.p.cfg.AcquireTimeout)
+	defer cancel()
+	actx, cancelWait := context.WithCancelCause(tctx)
+	s.mu.Lock()
+	s.waitCancel = cancelWait
+	s.mu.Unlock()
+	if s.peer.Probe != nil {
+		s.markStuck()
+	}
+	conn, err := s.pool.Acquire(actx)
+	s.stuck.Store(0)
+	s.mu.Lock()
+	s.waitCancel = nil
+	s.mu.Unlock()
+	cancelWait(nil)
+	s.p.m.waitSeconds.Observe(time.Since(start).Seconds())
+	if err != nil {
+		if errors.Is(context.Cause(actx), errCanceledByClient) {
+			return nil, pgerr(pgproto.CodeQueryCanceled, "canceling statement due to user request", err)
+		}
+		if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
+			st := s.pool.Stat()
+			return nil, pgerr(pgproto.CodeTooManyConnections,
+				fmt.Sprintf("no server connection became free within %s (pool of %d for database %q, user %q is busy)",
+					s.p.cfg.AcquireTimeout, st.Total, s.database, s.user), err)
+		}
+		if ctx.Err() != nil {
+			return nil, fatal(pgproto.CodeAdminShutdown, "the pooler is shutting down", err)
+		}
+		var se *pgconn.PgError
+		if errors.As(err, &se) {
+			// The server refused the login (unknown role, database, too
+			// many connections...): pass its own error on.
+			return nil, &PGError{Severity: "ERROR", Code: se.Code, Message: se.Message, Detail: se.Detail, Hint: se.Hint, Err: err}
+		}
+		if errors.Is(err, backend.ErrTooManyPools) {
+			// The session's pool was retired while it idled and no new
+			// one may be opened now.
+			return nil, pgerr(pgproto.CodeTooManyConnections, fmt.Sprintf("sorry, too many pools already: no pool for database %q user %q (max_pools)", s.database, s.user), err)
+		}
+		return nil, pgerr(pgproto.CodeConnectionFailure, "could not connect to the server", err)
+	}
+	return conn, nil
+}
+
+// startAttachmentLocked makes conn the session's server connection and, in
+// session mode, starts its relay. s.mu must be held.
+func (s *session) startAttachmentLocked(conn *backend.Conn) *attachment {
+	st, _ := conn.State.(*serverState)
+	if st == nil {
+		st = newServerState()
+		conn.State = st
+	}
+	a := s.att
+	if a != nil && a.released && !a.relaying {
+		// Reuse the previous transaction's attachment (and its queue's
+		// memory): only the owner ever referenced it.
+		*a = attachment{queue: a.queue[:0]}
+	} else {
+		a = &attachment{}
+	}
+	a.conn, a.st, a.status = conn, st, 'I'
+	s.att = a
+	if s.p.cfg.Mode == ModeSession {
+		// The server may speak at any time (NOTIFY, a FATAL on shutdown):
+		// in session mode a relay goroutine always listens.
+		s.startRelayLocked(a)
+	}
+	s.busy.Store(true)
+	return a
+}
+
+// errCanceledByClient is the cause of a wait cancelled by a CancelRequest.
+var errCanceledByClient = errors.New("canceled by client request")
+
+// cancelWait aborts a wait for a server connection (a CancelRequest that
+// arrived while the request was still queued).
+func (s *session) cancelWait() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.waitCancel != nil {
+		s.waitCancel(errCanceledByClient)
+	}
+}

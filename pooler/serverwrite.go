@@ -1,0 +1,131 @@
+package pooler
+
+import (
+	"github.com/pgquic/pgquic/internal/wire"
+)
+
+// Writes to the attached server. Handling a client message stages the
+// frames it produces while s.mu is held; sendOut writes them once the lock
+// is released, and flushAll pushes them out before the owner waits for the
+// client again.
+
+// writeServer stages frame (or, when frame is nil, the current client
+// message itself) for a's server. Nothing is written while s.mu is held:
+// sendOut does the writing once the lock is released.
+func (s *session) writeServer(a *attachment, frame []byte) error {
+	s.outAtt = a
+	if frame == nil {
+		s.outFwd = true
+		return nil
+	}
+	s.out = append(s.out, frame...)
+	return nil
+}
+
+// sendOut writes what handling the last client message staged. It runs
+// without s.mu because a write to the server may block until the server
+// reads, and a server busy sending replies reads only once they are drained
+// by the relay, which needs s.mu: holding it here could deadlock a large
+// pipeline. For the same reason a write that reaches the socket while
+// replies are due first makes sure a relay goroutine is reading them.
+func (s *session) sendOut() error {
+	s.trimScratch()
+	a := s.outAtt
+	if a == nil {
+		return nil
+	}
+	s.outAtt = nil
+	conn := a.conn
+	n := len(s.out)
+	if s.outFwd {
+		n += s.msgLen
+	}
+	if n > conn.W.Available() {
+		s.mu.Lock()
+		if !a.released && !a.relaying && a.pending() > 0 {
+			s.startRelayLocked(a)
+		}
+		s.mu.Unlock()
+	}
+	if s.wlocked && s.wconn != conn {
+		if err := s.wconn.W.Flush(); err != nil {
+			s.serverWriteFailed(err)
+		}
+		s.wlocked, s.wconn = false, nil
+		s.wmu.Unlock()
+	}
+	if !s.wlocked {
+		s.wmu.Lock()
+		s.wlocked, s.wconn = true, conn
+	}
+	var err error
+	if len(s.out) > 0 {
+		if _, werr := conn.W.Write(s.out); werr != nil {
+			err = &wire.WriteError{Err: werr}
+		}
+		if cap(s.out) > maxKeptBuf {
+			s.out = nil // do not pin a large buffer after a big message
+		} else {
+			s.out = s.out[:0]
+		}
+	}
+	fwd := s.outFwd
+	s.outFwd = false
+	if err == nil && fwd {
+		err = s.cr.Forward(conn.W)
+	}
+	return err
+}
+
+// dropOut forgets staged output after a failed message.
+func (s *session) dropOut() {
+	s.outAtt, s.outFwd = nil, false
+	s.out = s.out[:0]
+	s.trimScratch()
+}
+
+// maxKeptBuf bounds the staging buffers (out, scratch) a session keeps
+// between messages: one grown for a single large message is dropped rather
+// than held for the rest of the session.
+const maxKeptBuf = 64 << 10
+
+// trimScratch drops the scratch buffer if a large message grew it. Frames
+// built in it have been copied to s.out by then (writeServer).
+func (s *session) trimScratch() {
+	if cap(s.scratch) > maxKeptBuf {
+		s.scratch = nil
+	}
+}
+
+// serverWriteFailed handles a failed write to the attached server: the
+// connection is closed, so the reply reader fails too and tells the client
+// (FATAL 08006) instead of waiting for replies that will never come.
+func (s *session) serverWriteFailed(err error) {
+	s.log.Warn("writing to server failed", "err", err)
+	s.mu.Lock()
+	if a := s.att; a != nil && !a.released {
+		a.destroy = true
+		_ = a.conn.NetConn().Close()
+	}
+	s.mu.Unlock()
+}
+
+// flushAll pushes buffered bytes to the server and to the client.
+func (s *session) flushAll() error {
+	if s.wlocked {
+		err := s.wconn.W.Flush()
+		s.wlocked = false
+		s.wconn = nil
+		s.wmu.Unlock()
+		if err != nil {
+			s.serverWriteFailed(err)
+		}
+	}
+	return s.flushClient()
+}
+
+func appendQuery(dst []byte, sql string) []byte {
+	dst = wire.AppendHeader(dst, 'Q', len(sql)+1)
+	dst = append(dst, sql...)
+	return append(dst, 0)
+}

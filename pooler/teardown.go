@@ -1,0 +1,169 @@
+package pooler
+
+import (
+	"context"
+	"time"
+
+	"github.com/pgquic/pgquic/backend"
+	"github.com/pgquic/pgquic/internal/pgproto"
+)
+
+// Ending a session: draining at the next safe point, killing it at once,
+// and cleaning up its server connection after the owner loop returned.
+
+// cancelOnServer asks the server to cancel what conn runs; used when a
+// connection is dropped mid-request, since closing it does not stop the
+// query on the server.
+func cancelOnServer(conn *backend.Conn) {
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = conn.Pool().Cancel(ctx, conn.PID, conn.SecretKey)
+	}()
+}
+
+func (s *session) isKilled() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.killed
+}
+
+// drain asks the session to end at its next safe point: now if idle,
+// after the current transaction otherwise.
+func (s *session) drain() {
+	s.mu.Lock()
+	s.draining = true
+	idle := (s.att == nil || s.att.released) && !s.closing
+	s.mu.Unlock()
+	if idle {
+		// What PostgreSQL says to idle sessions at a fast shutdown.
+		pe := fatal(pgproto.CodeAdminShutdown, "terminating connection because the pooler is shutting down", ErrShuttingDown)
+		_ = s.writeRaw(pe.encode(nil))
+		s.closeClient()
+	}
+}
+
+// kill ends the session at once. A server connection in use is closed, so it
+// is destroyed rather than returned to the pool in an unknown state.
+func (s *session) kill() {
+	s.mu.Lock()
+	s.killed = true
+	a := s.att
+	if a != nil && !a.released {
+		if a.pending() > 0 {
+			cancelOnServer(a.conn)
+		}
+		_ = a.conn.NetConn().Close()
+	}
+	s.mu.Unlock()
+	s.closeClient()
+}
+
+// closeClient closes the client stream once. It may run on any goroutine
+// (the startup timer, a shutdown), hence rwc is read under s.mu.
+func (s *session) closeClient() {
+	s.mu.Lock()
+	already := s.closing
+	s.closing = true
+	rwc := s.rwc
+	s.mu.Unlock()
+	if !already {
+		_ = rwc.Close()
+	}
+}
+
+// close ends the session after the owner loop returned: any attached server
+// connection is cleaned up (rolled back, or destroyed when that is not
+// possible), the relay is waited for and the client stream is closed.
+func (s *session) close() {
+	// From here on the session cancels nothing; in session mode its server's
+	// process ID may be handed to the next client of that server at once.
+	s.p.dropKey(s)
+	if s.wlocked {
+		_ = s.wconn.W.Flush()
+		s.wlocked = false
+		s.wconn = nil
+		s.wmu.Unlock()
+	}
+	s.mu.Lock()
+	a := s.att
+	if a != nil && a.released && !a.relaying {
+		a = nil // returned inline; no goroutine to wait for
+	}
+	if a != nil && !a.released {
+		a.clientGone.Store(true)
+		a.closing = true
+		if !a.relaying {
+			s.startRelayLocked(a)
+		}
+		sessionLike := s.p.cfg.Mode == ModeSession || s.pinned
+		if s.pinned {
+			a.identity = true
+		}
+		switch {
+		case a.pending() > 0 || s.killed || (sessionLike && a.status != 'I'):
+			// A request is still running: cancel it and drop the connection.
+			// A session-mode client that left inside a transaction loses
+			// its server connection too (as with PgBouncer): whatever it
+			// built up is not worth untangling on an abnormal exit.
+			conn := a.conn
+			if a.pending() > 0 {
+				cancelOnServer(conn)
+			}
+			a.destroy = true
+			_ = conn.NetConn().Close()
+		default:
+			// Idle, in a transaction, or in session mode: roll back (and
+			// reset) quietly; the relay returns the connection once the
+			// server says it is idle.
+			a.st.unnamedOK = false // simple queries destroy the unnamed statement
+			var q []byte
+			if a.skipping {
+				// The server ignores everything but Sync after an error
+				// in a pipeline: end that state first.
+				q = append(q, 'S', 0, 0, 0, 4)
+				s.push(a, entry{kind: eSync, quiet: true})
+			}
+			if a.status != 'I' {
+				q = appendQuery(q, "ROLLBACK")
+				s.push(a, entry{kind: eQuery, quiet: true})
+			}
+			if sessionLike {
+				q = appendQuery(q, s.p.cfg.ResetQuery)
+				s.push(a, entry{kind: eQuery, quiet: true, reset: true})
+			}
+			if len(q) == 0 {
+				// Nothing to undo: wake the relay so it returns the connection.
+				_ = a.conn.NetConn().SetReadDeadline(time.Now())
+			} else {
+				_ = a.conn.NetConn().SetWriteDeadline(time.Now().Add(5 * time.Second))
+				_, err := a.conn.W.Write(q)
+				if err == nil {
+					err = a.conn.W.Flush()
+				}
+				_ = a.conn.NetConn().SetWriteDeadline(time.Time{}) // the next borrower must not inherit it
+				if err != nil {
+					a.destroy = true
+					_ = a.conn.NetConn().Close()
+				}
+			}
+		}
+	}
+	s.mu.Unlock()
+	if a != nil {
+		select {
+		case <-a.done:
+		case <-time.After(10 * time.Second):
+			s.mu.Lock()
+			a.destroy = true
+			s.mu.Unlock()
+			_ = a.conn.NetConn().Close()
+			<-a.done
+		}
+	}
+	s.closeClient()
+	if s.counted {
+		s.p.active.Add(-1)
+		s.p.m.clients.Dec()
+	}
+}
