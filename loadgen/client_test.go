@@ -57,7 +57,10 @@ func TestClientsThroughPooler(t *testing.T) {
 			if r.Scheduled != 400 || r.Completed != 400 || r.Errors != 0 {
 				t.Fatalf("scheduled %d completed %d errors %d (%v)", r.Scheduled, r.Completed, r.Errors, r.FirstError)
 			}
-			if r.Latency.P50 <= 0 || r.Latency.P50 > 100*time.Millisecond {
+			// The bound only catches gross stalls: on a 2-core machine whose
+			// other test packages run at the same time, a loopback p50 above
+			// 100 ms was seen when the process waited for CPU.
+			if r.Latency.P50 <= 0 || r.Latency.P50 > 500*time.Millisecond {
 				t.Errorf("p50 %v over loopback", r.Latency.P50)
 			}
 			if c.Reconnects() != 0 {
