@@ -217,8 +217,11 @@ func (e *e2eEnv) dialer(t testing.TB, conns, perConn int) *quicclient.Dialer {
 
 // pgxConfig is a pgx configuration whose sessions and CancelRequests are
 // streams of d. On context cancellation pgx sends a CancelRequest (through
-// the same DialFunc) and gives the server one second before it breaks the
-// connection.
+// the same DialFunc) and gives the server three seconds before it breaks the
+// connection: one second was sometimes too short for the cancel's own QUIC
+// stream and server dial on a loaded 2-core machine, under the race
+// detector, with hundreds of sessions open (the tests still assert the
+// cancel took well under that).
 func pgxConfig(t testing.TB, d *quicclient.Dialer) *pgx.ConnConfig {
 	t.Helper()
 	cfg, err := pgx.ParseConfig("postgres://postgres:postgres@quic/postgres?sslmode=disable")
@@ -228,7 +231,7 @@ func pgxConfig(t testing.TB, d *quicclient.Dialer) *pgx.ConnConfig {
 	cfg.DialFunc = d.DialFunc()
 	cfg.LookupFunc = d.LookupFunc()
 	cfg.BuildContextWatcherHandler = func(c *pgconn.PgConn) ctxwatch.Handler {
-		return &pgconn.CancelRequestContextWatcherHandler{Conn: c, DeadlineDelay: time.Second}
+		return &pgconn.CancelRequestContextWatcherHandler{Conn: c, DeadlineDelay: 3 * time.Second}
 	}
 	return cfg
 }

@@ -234,7 +234,7 @@ func writeOutputs(rep *report.Report, dir, jsonFile string) ([]string, error) {
 		}
 		written = append(written, p)
 		p = filepath.Join(dir, "report.html")
-		if err := writeHTMLFile(rep, p); err != nil {
+		if err := rep.WriteHTMLFile(p); err != nil {
 			return written, err
 		}
 		written = append(written, p)
@@ -248,30 +248,6 @@ func writeOutputs(rep *report.Report, dir, jsonFile string) ([]string, error) {
 	return written, nil
 }
 
-// writeHTMLFile renders the report into a temporary file and renames it, so
-// a reader never sees half a page.
-func writeHTMLFile(rep *report.Report, path string) error {
-	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
-	if err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	tmp := f.Name()
-	err = report.WriteHTML(f, rep)
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Chmod(tmp, 0o644)
-	}
-	if err == nil {
-		err = os.Rename(tmp, path)
-	}
-	if err != nil {
-		os.Remove(tmp)
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	return nil
-}
 
 // startPooler starts the in-process pooler (and, without --dsn, a
 // throwaway PostgreSQL behind it) with a TCP front whose TLS uses a

@@ -15,6 +15,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"time"
@@ -315,12 +316,34 @@ func (r *Report) WriteJSON(path string) error {
 	if err != nil {
 		return err
 	}
+	if err := writeFileAtomic(path, func(w io.Writer) error {
+		_, err := w.Write(b)
+		return err
+	}); err != nil {
+		return fmt.Errorf("write ramp report %s: %w", path, err)
+	}
+	return nil
+}
+
+// WriteHTMLFile renders the report (see WriteHTML) into path, through a
+// temporary file in the same directory and a rename, so a reader never sees
+// half a page.
+func (r *Report) WriteHTMLFile(path string) error {
+	if err := writeFileAtomic(path, func(w io.Writer) error { return WriteHTML(w, r) }); err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	return nil
+}
+
+// writeFileAtomic writes path by way of a temporary file that is renamed
+// into place once write succeeded, and removed otherwise.
+func writeFileAtomic(path string, write func(io.Writer) error) error {
 	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
 	if err != nil {
-		return fmt.Errorf("write ramp report: %w", err)
+		return err
 	}
 	tmp := f.Name()
-	_, err = f.Write(b)
+	err = write(f)
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
@@ -332,10 +355,9 @@ func (r *Report) WriteJSON(path string) error {
 		err = os.Rename(tmp, path)
 	}
 	if err != nil {
-		os.Remove(tmp)
-		return fmt.Errorf("write ramp report %s: %w", path, err)
+		_ = os.Remove(tmp)
 	}
-	return nil
+	return err
 }
 
 // ReadJSON reads a report written by WriteJSON (or by anything that follows
