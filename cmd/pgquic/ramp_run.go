@@ -248,7 +248,6 @@ func writeOutputs(rep *report.Report, dir, jsonFile string) ([]string, error) {
 	return written, nil
 }
 
-
 // startPooler starts the in-process pooler (and, without --dsn, a
 // throwaway PostgreSQL behind it) with a TCP front whose TLS uses a
 // generated certificate and a QUIC front with the same certificate.
