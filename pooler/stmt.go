@@ -27,8 +27,10 @@ import (
 // first replays the client's Parse under the server name and swallows the
 // ParseComplete it caused; Close and DEALLOCATE only touch the client's map.
 //
-// This follows the lessons of PgBouncer 1.21+, PgCat and PgDog (see
-// DESIGN.md "Pitfalls others hit").
+// This follows the lessons of PgBouncer 1.21+, PgCat and PgDog, whose bug
+// trackers show where prepared statements in transaction mode break: short
+// hashes that collide, a Describe or Bind with no Parse in the transaction,
+// ParseComplete/CloseComplete the client did not ask for, unbounded caches.
 
 const serverStmtPrefix = "pgq_"
 

@@ -281,7 +281,7 @@ func freeAddr(t *testing.T, network string) string {
 	return l.Addr().String()
 }
 
-// measureQuery is the ramp's default query (DESIGN.md).
+// measureQuery is the ramp's default query (see cmd/pgquic/README.md).
 const measureQuery = "SELECT trunc(random() * 100) FROM generate_series(1, 10)"
 
 // fixedRate runs queries on conns at rate queries per second in total for
