@@ -9,7 +9,6 @@ package loadgen
 import (
 	"context"
 	"crypto/tls"
-	"errors"
 	"log/slog"
 	"net"
 	"os"
@@ -28,61 +27,15 @@ import (
 // testPoolSize is the pooler's server connection limit in these tests.
 const testPoolSize = 20
 
-// shared is one PostgreSQL cluster reused by every test of the package.
-var shared struct {
-	mu  sync.Mutex
-	c   *pgtest.Cluster
-	err error
-}
-
-// stopSharedAfter runs the tests, then stops the shared cluster, so its
-// goroutines are gone before goleak looks.
-type stopSharedAfter struct{ m *testing.M }
-
-func (s stopSharedAfter) Run() int {
-	code := s.m.Run()
-	shared.mu.Lock()
-	defer shared.mu.Unlock()
-	if shared.c != nil {
-		if err := shared.c.Stop(); err != nil {
-			os.Stderr.WriteString("stopping shared cluster: " + err.Error() + "\n")
-			code = 1
-		}
-		shared.c = nil
-	}
-	return code
-}
+// shared is one PostgreSQL cluster reused by the tests that do not restart
+// or break it, so the package does not pay initdb once per test.
+var shared pgtest.Shared
 
 // sharedCluster returns the shared cluster, starting it on first use. It
 // skips like pgtest.New when PostgreSQL is absent, except under CI=true.
 func sharedCluster(t testing.TB) *pgtest.Cluster {
 	t.Helper()
-	shared.mu.Lock()
-	defer shared.mu.Unlock()
-	if shared.c != nil {
-		return shared.c
-	}
-	if shared.err != nil {
-		t.Fatalf("shared cluster failed to start earlier: %v", shared.err)
-	}
-	if _, err := pgtest.Binaries(); err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("PostgreSQL is required under CI: %v", err)
-		}
-		t.Skipf("PostgreSQL not installed: %v", err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	c, err := pgtest.Start(ctx, pgtest.Options{Settings: map[string]string{"max_connections": "100"}})
-	if err != nil {
-		if errors.Is(err, pgtest.ErrNoBinaries) && os.Getenv("CI") != "true" {
-			t.Skipf("PostgreSQL not installed: %v", err)
-		}
-		shared.err = err
-		t.Fatalf("start shared cluster: %v", err)
-	}
-	shared.c = c
-	return c
+	return shared.Get(t)
 }
 
 // stack is a running pooler with both fronts.

@@ -7,5 +7,5 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(stopSharedAfter{m})
+	goleak.VerifyTestMain(shared.Run(m))
 }

@@ -2,9 +2,6 @@ package pooler_test
 
 import (
 	"context"
-	"errors"
-	"os"
-	"sync"
 	"testing"
 	"time"
 
@@ -17,65 +14,18 @@ import (
 // pool and pgx connection a test started must be gone once its harness
 // closed. The shared cluster is stopped before the check.
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(stopSharedAfter{m})
+	goleak.VerifyTestMain(shared.Run(m))
 }
 
-// stopSharedAfter runs the tests, then stops the shared cluster, so its
-// goroutines are gone before goleak looks.
-type stopSharedAfter struct{ m *testing.M }
-
-func (s stopSharedAfter) Run() int {
-	code := s.m.Run()
-	shared.mu.Lock()
-	defer shared.mu.Unlock()
-	if shared.c != nil {
-		if err := shared.c.Stop(); err != nil {
-			os.Stderr.WriteString("stopping shared cluster: " + err.Error() + "\n")
-			code = 1
-		}
-		shared.c = nil
-	}
-	return code
-}
-
-// shared is one PostgreSQL cluster reused by the tests that do not restart or
-// break it, so the package does not pay initdb once per test.
-var shared struct {
-	mu  sync.Mutex
-	c   *pgtest.Cluster
-	err error
-}
+// shared is one PostgreSQL cluster reused by the tests that do not restart
+// or break it, so the package does not pay initdb once per test.
+var shared pgtest.Shared
 
 // sharedCluster returns the package's shared cluster, starting it on first
 // use. It skips (or fails under CI) like pgtest.New when PostgreSQL is absent.
 func sharedCluster(t testing.TB) *pgtest.Cluster {
 	t.Helper()
-	shared.mu.Lock()
-	defer shared.mu.Unlock()
-	if shared.c != nil {
-		return shared.c
-	}
-	if shared.err != nil {
-		t.Fatalf("shared cluster failed to start earlier: %v", shared.err)
-	}
-	if _, err := pgtest.Binaries(); err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("PostgreSQL is required under CI: %v", err)
-		}
-		t.Skipf("PostgreSQL not installed: %v", err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	c, err := pgtest.Start(ctx, pgtest.Options{})
-	if err != nil {
-		if errors.Is(err, pgtest.ErrNoBinaries) && os.Getenv("CI") != "true" {
-			t.Skipf("PostgreSQL not installed: %v", err)
-		}
-		shared.err = err
-		t.Fatalf("start shared cluster: %v", err)
-	}
-	shared.c = c
-	return c
+	return shared.Get(t)
 }
 
 // testCtx returns a context with a generous deadline for one test.
