@@ -45,27 +45,34 @@ func FuzzSessionStartup(f *testing.F) {
 		f.Fatal(err)
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
-		client, server := net.Pipe()
-		served := make(chan error, 1)
-		go func() {
-			served <- p.Serve(context.Background(), server, pooler.Peer{Transport: "fuzz"})
-		}()
-		drained := make(chan struct{})
-		go func() {
-			defer close(drained)
-			_, _ = io.Copy(io.Discard, client)
-		}()
-		_ = client.SetWriteDeadline(time.Now().Add(5 * time.Second))
-		_, _ = client.Write(data) // fails once Serve has closed its end
-		_ = client.Close()
-		select {
-		case <-served:
-		case <-time.After(5 * time.Second):
-			t.Fatalf("Serve still running 5s after the client hung up (input %q)", data)
-		}
-		<-drained
+		feedSession(t, p, data)
 		if n := p.Sessions(); n != 0 {
 			t.Fatalf("%d sessions left registered", n)
 		}
 	})
+}
+
+// feedSession runs one session that receives data and then sees its client
+// hang up, and fails if Serve is still running 5 s later.
+func feedSession(t *testing.T, p *pooler.Pooler, data []byte) {
+	t.Helper()
+	client, server := net.Pipe()
+	served := make(chan error, 1)
+	go func() {
+		served <- p.Serve(context.Background(), server, pooler.Peer{Transport: "fuzz"})
+	}()
+	drained := make(chan struct{})
+	go func() {
+		defer close(drained)
+		_, _ = io.Copy(io.Discard, client)
+	}()
+	_ = client.SetWriteDeadline(time.Now().Add(5 * time.Second))
+	_, _ = client.Write(data) // fails once Serve has closed its end
+	_ = client.Close()
+	select {
+	case <-served:
+	case <-time.After(5 * time.Second):
+		t.Fatalf("Serve still running 5s after the client hung up (input %q)", data)
+	}
+	<-drained
 }

@@ -1,9 +1,6 @@
 package pooler_test
 
 import (
-	"context"
-	"io"
-	"net"
 	"runtime"
 	"strings"
 	"testing"
@@ -86,25 +83,7 @@ func preauthRun(t *testing.T, p *pooler.Pooler, data []byte) uint64 {
 	var before, after runtime.MemStats
 	runtime.ReadMemStats(&before)
 
-	client, server := net.Pipe()
-	served := make(chan error, 1)
-	go func() {
-		served <- p.Serve(context.Background(), server, pooler.Peer{Transport: "fuzz"})
-	}()
-	drained := make(chan struct{})
-	go func() {
-		defer close(drained)
-		_, _ = io.Copy(io.Discard, client)
-	}()
-	_ = client.SetWriteDeadline(time.Now().Add(5 * time.Second))
-	_, _ = client.Write(data) // fails once Serve has closed its end
-	_ = client.Close()
-	select {
-	case <-served:
-	case <-time.After(5 * time.Second):
-		t.Fatalf("Serve still running 5s after the client hung up (input %q)", data)
-	}
-	<-drained
+	feedSession(t, p, data)
 
 	runtime.ReadMemStats(&after)
 	if n := p.Sessions(); n != 0 {
