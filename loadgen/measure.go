@@ -22,8 +22,9 @@ const (
 )
 
 // Knee rule: a one-second window kept up when completions during it reached
-// keptUpShare of the queries it offered and its backlog grew by at most
-// 1-keptUpShare of them.
+// keptUpShare of the queries due in it (its offer, moved back by the run's
+// unloaded latency: the lowest median of any second) and its backlog grew by
+// at most 1-keptUpShare of its offer.
 const keptUpShare = 0.98
 
 // Result is what a run measured. Times are offsets from Start.
@@ -51,8 +52,9 @@ type Result struct {
 	// PeakQPS is the most queries completed in one full wall-clock second.
 	PeakQPS float64
 	// KneeQPS is the highest offered rate of a full one-second window that
-	// kept up: completions during it reached 98% of the queries it offered
-	// and its backlog grew by at most 2% of them. 0 when no window kept up.
+	// kept up: completions during it reached 98% of the queries due in it
+	// (its offer a base latency earlier; see the knee rule) and its backlog
+	// grew by at most 2% of its offer. 0 when no window kept up.
 	KneeQPS float64
 	// KeptUp is true when every full window of the schedule kept up, so the
 	// knee, if any, lies beyond the highest rate offered.
@@ -339,6 +341,7 @@ func (m *measurements) result() *Result {
 	}
 	r.Windows = m.windows
 	r.KeptUp = true
+	base := time.Duration(-1)
 	for k := range r.Windows {
 		w := &r.Windows[k]
 		if w.hist != nil {
@@ -346,6 +349,13 @@ func (m *measurements) result() *Result {
 			w.P99 = min(histDuration(w.hist, 99), w.Max)
 			w.hist = nil
 		}
+		if w.Completed > 0 && (base < 0 || w.P50 < base) {
+			base = w.P50
+		}
+	}
+	lagShare := min(max(base, 0), time.Second).Seconds()
+	for k := range r.Windows {
+		w := &r.Windows[k]
 		full := time.Duration(k+1)*time.Second <= m.elapsed
 		if !full {
 			continue
@@ -354,11 +364,15 @@ func (m *measurements) result() *Result {
 		if w.Offered == 0 || time.Duration(k+1)*time.Second > m.cfg.Schedule.Duration {
 			continue
 		}
-		prevBacklog := 0
+		prevBacklog, prevOffered := 0, 0
 		if k > 0 {
-			prevBacklog = r.Windows[k-1].Backlog
+			prevBacklog, prevOffered = r.Windows[k-1].Backlog, r.Windows[k-1].Offered
 		}
-		kept := float64(w.Throughput) >= keptUpShare*float64(w.Offered) &&
+		// Completions trail arrivals by the unloaded latency: on a ramp a
+		// second's completions are the arrivals of a second that began
+		// that much earlier, fewer than the second's own offer.
+		due := float64(w.Offered) - lagShare*float64(w.Offered-prevOffered)
+		kept := float64(w.Throughput) >= keptUpShare*due &&
 			float64(w.Backlog-prevBacklog) <= (1-keptUpShare)*float64(w.Offered)
 		if kept {
 			r.KneeQPS = max(r.KneeQPS, float64(w.Offered))

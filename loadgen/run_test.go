@@ -366,6 +366,29 @@ func TestRunKnee(t *testing.T) {
 	}
 }
 
+// TestRunKneeLongRoundTrip ramps steeply across the capacity of workers
+// whose queries take a long round trip, like a few QUIC streams across a
+// WAN: 30 workers at 150 ms serve a little under 200 q/s, and the ramp
+// climbs 100 q/s each second. Completions trail arrivals by 150 ms, so each
+// second completes about 15 fewer queries than it offers even well below
+// capacity; the knee must still be found near the capacity, not reported
+// as "none" because the lag alone exceeds 2% of the offer.
+func TestRunKneeLongRoundTrip(t *testing.T) {
+	r, err := Run(context.Background(), RunConfig{Schedule: Ramp(20, 620, 6*time.Second), Grace: 100 * time.Millisecond},
+		workers(30, sleepWorker{150 * time.Millisecond}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkAccounting(t, r, nil)
+	capacity := 30 / 0.150
+	if r.KneeQPS < 0.6*capacity || r.KneeQPS > 1.15*capacity || r.KeptUp {
+		for _, w := range r.Windows {
+			t.Logf("%+v", w)
+		}
+		t.Errorf("knee %.0f q/s (kept up %v), capacity at most %.0f q/s", r.KneeQPS, r.KeptUp, capacity)
+	}
+}
+
 func TestRunConfigErrors(t *testing.T) {
 	if _, err := Run(context.Background(), RunConfig{Schedule: Constant(1, time.Second)}, nil); !errors.Is(err, ErrNoWorkers) {
 		t.Errorf("no workers: %v", err)
