@@ -91,6 +91,7 @@ func (r *Relay) Start(ctx context.Context) error {
 	}
 	_ = uc.SetReadBuffer(udpSocketBuffer)
 	_ = uc.SetWriteBuffer(udpSocketBuffer)
+	enableRxStamps(uc)
 	r.upUDP, r.ln, r.udp = up, ln, uc
 	r.epoch = time.Now()
 	r.ctx, r.cancel = context.WithCancel(ctx)

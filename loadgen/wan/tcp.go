@@ -133,7 +133,8 @@ type pipe struct {
 	r         *Relay
 	tc        *tcpConn
 	src, dst  *net.TCPConn
-	notBefore int64 // end of the emulated handshake for this direction
+	readSrc   func([]byte) (int, time.Duration, error) // src.Read, with the kernel's receive age
+	notBefore int64                                    // end of the emulated handshake for this direction
 	cnt       *tcpCounters
 
 	mu    sync.Mutex
@@ -149,8 +150,9 @@ type pipe struct {
 func newPipe(r *Relay, tc *tcpConn, src, dst *net.TCPConn, notBefore int64, cnt *tcpCounters) *pipe {
 	return &pipe{
 		r: r, tc: tc, src: src, dst: dst, notBefore: notBefore, cnt: cnt,
-		ready: make(chan struct{}, 1),
-		space: make(chan struct{}, 1),
+		readSrc: stampedTCPReader(src),
+		ready:   make(chan struct{}, 1),
+		space:   make(chan struct{}, 1),
 	}
 }
 
@@ -165,7 +167,7 @@ func (p *pipe) read() {
 		}
 	}()
 	for {
-		n, err := p.src.Read((*buf)[:tcpReadSize])
+		n, age, err := p.readSrc((*buf)[:tcpReadSize])
 		if n > 0 {
 			var c *[]byte
 			if n <= smallChunk {
@@ -175,13 +177,13 @@ func (p *pipe) read() {
 				c, buf = buf, getBuf(tcpReadSize)
 				*c = (*c)[:n]
 			}
-			if !p.push(c) {
+			if !p.push(c, age) {
 				return
 			}
 		}
 		if err != nil {
 			if errors.Is(err, io.EOF) {
-				p.push(nil)
+				p.push(nil, 0)
 			} else {
 				p.tc.abort()
 			}
@@ -190,9 +192,10 @@ func (p *pipe) read() {
 	}
 }
 
-// push queues one chunk (nil: end of stream), waiting while the direction
-// already holds MaxQueueBytes. False means the connection was aborted.
-func (p *pipe) push(c *[]byte) bool {
+// push queues one chunk (nil: end of stream) that the kernel received age
+// ago, waiting while the direction already holds MaxQueueBytes. False means
+// the connection was aborted.
+func (p *pipe) push(c *[]byte, age time.Duration) bool {
 	n := 0
 	if c != nil {
 		n = len(*c)
@@ -217,7 +220,7 @@ func (p *pipe) push(c *[]byte) bool {
 			return false
 		}
 	}
-	at := max(p.r.now(), p.notBefore) + p.r.delay()
+	at := max(p.r.now()-int64(age), p.notBefore) + p.r.delay()
 	at = max(at, p.last)
 	p.last = at
 	wasEmpty := p.head == len(p.q)

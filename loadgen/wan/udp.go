@@ -12,8 +12,9 @@ import (
 // udpLoop reads datagrams from clients and queues each on its client's flow.
 func (r *Relay) udpLoop() {
 	buf := make([]byte, maxRead)
+	oob := make([]byte, stampOOB)
 	for {
-		n, from, err := r.udp.ReadFromUDPAddrPort(buf)
+		n, from, age, err := readUDPStamped(r.udp, buf, oob)
 		if err != nil {
 			if r.ctx.Err() != nil || errors.Is(err, net.ErrClosed) {
 				return
@@ -27,7 +28,7 @@ func (r *Relay) udpLoop() {
 			continue
 		}
 		now := r.now()
-		at := now + r.delay()
+		at := now - int64(age) + r.delay()
 		for {
 			f := r.flow(from)
 			if f == nil || !f.push(buf[:n], at, false, now) {
@@ -63,6 +64,7 @@ func (r *Relay) flow(from netip.AddrPort) *udpFlow {
 	}
 	_ = up.SetReadBuffer(udpSocketBuffer)
 	_ = up.SetWriteBuffer(udpSocketBuffer)
+	enableRxStamps(up)
 	f := &udpFlow{r: r, client: from, up: up, wake: make(chan struct{}, 1), lastActive: r.now()}
 	r.flows[from] = f
 	r.c.udpFlows.Add(1)
@@ -95,8 +97,9 @@ type udpFlow struct {
 func (f *udpFlow) readUpstream() {
 	r := f.r
 	buf := make([]byte, maxRead)
+	oob := make([]byte, stampOOB)
 	for {
-		n, err := f.up.Read(buf)
+		n, _, age, err := readUDPStamped(f.up, buf, oob)
 		if err != nil {
 			if errors.Is(err, net.ErrClosed) {
 				return
@@ -115,7 +118,7 @@ func (f *udpFlow) readUpstream() {
 			continue
 		}
 		now := r.now()
-		if f.push(buf[:n], now+r.delay(), true, now) {
+		if f.push(buf[:n], now-int64(age)+r.delay(), true, now) {
 			return // closed
 		}
 	}
