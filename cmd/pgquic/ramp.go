@@ -88,6 +88,7 @@ type rampConfig struct {
 
 	cpuProfile          string
 	logLevel, logFormat string
+	realtime            bool
 
 	// set holds the names of the flags given explicitly.
 	set map[string]bool
@@ -131,6 +132,9 @@ type rampEnv struct {
 	wan wan.ProcessConfig
 	// now gives the time that names the default output directory.
 	now func() time.Time
+	// realtime moves this process to real-time scheduling (enterRealtime);
+	// nil where it must not, as in tests sharing the machine with others.
+	realtime func() error
 }
 
 // runRamp is the ramp subcommand.
@@ -150,7 +154,8 @@ func runRamp(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "pgquic ramp: cannot find this executable to run the WAN emulator: %v\n", err)
 		return 1
 	}
-	return rampMain(ctx, rc, rampEnv{wan: wan.ProcessConfig{Path: exe, Args: []string{"wan"}}, now: time.Now}, stdout, stderr)
+	return rampMain(ctx, rc, rampEnv{wan: wan.ProcessConfig{Path: exe, Args: []string{"wan"}}, now: time.Now,
+		realtime: enterRealtime}, stdout, stderr)
 }
 
 // parseRampFlags parses and validates the ramp's flags; every problem is
@@ -183,6 +188,7 @@ func parseRampFlags(args []string, stdout, stderr io.Writer) (*rampConfig, error
 	fs.IntVar(&rc.calibrate, "calibrate", defaultCalibrate, "sequential queries, without the WAN, whose median latency gives the model's execution time and pooler overhead; 0 skips")
 	fs.StringVar(&rc.out, "out", "", "`directory` for ramp.json and report.html (default ramp-YYYYMMDD-HHMMSS in the current directory; '' with --json writes no directory)")
 	fs.StringVar(&rc.jsonFile, "json", "", "also write the report to this `file`")
+	fs.BoolVar(&rc.realtime, "realtime", true, "run this process and its children (emulators, throwaway PostgreSQL) under real-time round-robin scheduling when permitted (root or CAP_SYS_NICE), so the roles sharing this host do not wait on each other's time slices; --realtime=false for the default scheduler")
 	fs.StringVar(&rc.cpuProfile, "cpuprofile", "", "write a Go CPU profile of this process (client and in-process pooler) during the runs to `file`")
 	fs.StringVar(&rc.logLevel, "log-level", "warn", "log `level` of the pooler, emulator and PostgreSQL messages on stderr: debug, info, warn or error")
 	fs.StringVar(&rc.logFormat, "log-format", config.DefaultLogFormat, "log `format`: text or json")

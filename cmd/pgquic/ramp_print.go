@@ -28,6 +28,26 @@ func (rs *rampSession) printScenario() {
 		fmt.Fprintf(rs.out, ", %.2f%% UDP loss", 100*rc.loss)
 	}
 	fmt.Fprintf(rs.out, "\nquery: %s\n", rc.query)
+	switch {
+	case rs.scheduling == "realtime":
+		fmt.Fprintln(rs.out, "scheduling: real-time round-robin for this process and its children (emulators, PostgreSQL); --realtime=false for the default scheduler")
+	case rc.realtime && rs.env.realtime != nil:
+		fmt.Fprintln(rs.out, "scheduling: default (real-time scheduling was not permitted: run as root or with CAP_SYS_NICE); latency tails include waits for CPU time slices between the processes sharing this host")
+	}
+}
+
+// enterScheduling moves the ramp to real-time scheduling when asked and
+// permitted, and records what it runs under.
+func (rs *rampSession) enterScheduling() {
+	rs.scheduling = "normal"
+	if !rs.rc.realtime || rs.env.realtime == nil {
+		return
+	}
+	if err := rs.env.realtime(); err != nil {
+		rs.logger.Info("ramp: real-time scheduling not available", "err", err)
+		return
+	}
+	rs.scheduling = "realtime"
 }
 
 // printModel prints the calibration and the model's prediction for each

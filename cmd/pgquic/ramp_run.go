@@ -77,6 +77,8 @@ type rampSession struct {
 	exec     time.Duration                       // median execution time, direct to PostgreSQL
 	through  map[loadgen.Transport]time.Duration // median through each endpoint without the WAN
 	measured bool                                // exec was measured directly
+
+	scheduling string // "realtime" or "normal", for the report
 }
 
 // rampResult is one transport's measurement with what the summary prints
@@ -116,6 +118,9 @@ func rampMain(ctx context.Context, rc *rampConfig, env rampEnv, stdout, stderr i
 		return 1
 	}
 
+	// Before anything starts, so that the emulators and a throwaway
+	// PostgreSQL inherit the scheduling too.
+	rs.enterScheduling()
 	rs.printScenario()
 	setupCtx, cancel := context.WithTimeout(ctx, rampSetupTimeout)
 	defer cancel()
@@ -506,7 +511,7 @@ func (rs *rampSession) newReport(started time.Time) *report.Report {
 		Scenario: report.Scenario{
 			RTTMs: msOf(rc.rtt), JitterMs: msOf(rc.jitter), FromQPS: rc.from, ToQPS: rc.to,
 			DurationS: rc.duration.Seconds(), Query: rc.query, PoolSize: rc.poolSize,
-			Arrivals: arrivals, UDPLoss: rc.loss,
+			Arrivals: arrivals, UDPLoss: rc.loss, Scheduling: rs.scheduling,
 		},
 		StartedAt: started.UTC(),
 		Machine:   m,

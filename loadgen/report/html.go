@@ -215,7 +215,7 @@ figure svg { width: 100%; height: auto; display: block; }
 <body>
 <h1>How many queries per second across {{ms .Report.Scenario.RTTMs}} ms, over TCP and over QUIC?</h1>
 {{with .Report.Scenario}}<p class="sub">Offered rate {{if eq .Arrivals "constant"}}constant at {{num .ToQPS}} q/s{{else}}rising from {{num .FromQPS}} to {{num .ToQPS}} q/s{{end}} over {{ms .DurationS}} s{{if .Arrivals}} ({{.Arrivals}} arrivals){{end}};
-round trip {{ms .RTTMs}} ms{{if .JitterMs}}, jitter {{ms .JitterMs}} ms{{end}}{{if .UDPLoss}}, UDP loss {{printf "%.2g" .UDPLoss}}{{end}};
+round trip {{ms .RTTMs}} ms{{if .JitterMs}}, jitter {{ms .JitterMs}} ms{{end}}{{if .UDPLoss}}, UDP loss {{printf "%.2g" .UDPLoss}}{{end}}{{if eq .Scheduling "realtime"}}, real-time scheduling{{end}};
 pool of {{.PoolSize}} server connections; query <code>{{.Query}}</code>.</p>{{end}}
 <p class="sub">{{if not .Report.StartedAt.IsZero}}Measured {{date .Report.StartedAt}}{{else}}Date not recorded{{end}}{{with .Report.Machine}} on {{.CPUs}} CPUs, {{.OS}}/{{.Arch}}{{if .Kernel}}, kernel {{.Kernel}}{{end}}{{if .GoVersion}}, {{.GoVersion}}{{end}}{{end}}.</p>
 {{range .Runs}}{{if .FellBehind}}<p class="warn">{{.Name}}: the load generator fell behind its schedule (largest lag {{.GeneratorLag}}): the client, not the system under test, ran short of CPU, so the offered rate is in doubt.</p>{{end}}{{if .Interrupted}}<p class="warn">{{.Name}}: the run was interrupted; figures cover what was scheduled until then.</p>{{end}}{{end}}

@@ -70,6 +70,11 @@ type Scenario struct {
 	// UDPLoss is the emulated UDP loss rate as a fraction (0.01 is 1%); it
 	// applies to QUIC only, because the relay cannot drop TCP segments.
 	UDPLoss float64 `json:"udp_loss,omitempty"`
+	// Scheduling is how the host's CPU scheduler ran the measuring
+	// processes: "realtime" (real-time round-robin, so the client, pooler,
+	// emulator and PostgreSQL sharing the host do not wait on each other's
+	// time slices) or "normal"; empty when not recorded.
+	Scheduling string `json:"scheduling,omitempty"`
 }
 
 // Machine describes the host a report was measured on.
