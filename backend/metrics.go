@@ -16,7 +16,7 @@ const (
 	reasonError    = "error"    // the holder destroyed it (protocol or I/O error, client vanished mid-transaction)
 )
 
-var destroyReasons = [...]string{reasonDead, reasonLifetime, reasonIdle, reasonError}
+var destroyReasons = [...]string{reasonDead, reasonLifetime, reasonIdle, reasonError, reasonAdmin}
 
 // Metrics holds the backend package's Prometheus metrics. One Metrics serves
 // any number of pools; each pool binds its label values once at creation so

@@ -368,6 +368,9 @@ func (s *session) login(ctx context.Context, sp *startupParams, authenticated fu
 		}
 	}
 	authenticated()
+	if c := p.console(); c != nil && c.IsConsole(sp.db) {
+		return s.loginConsole(c, sp)
+	}
 	s.cr.SetMaxLen(p.cfg.MaxMessageLen)
 
 	pool, err := p.pools.Pool(ctx, sp.db, sp.user)
@@ -425,6 +428,8 @@ func (s *session) login(ctx context.Context, sp *startupParams, authenticated fu
 		&pgproto3.BackendKeyData{ProcessID: s.pid, SecretKey: s.secret[:]},
 		&pgproto3.ReadyForQuery{TxStatus: 'I'})
 	s.loggedIn = true
+	s.appName = sp.params["application_name"]
+	s.listed.Store(true)
 	return s.send(msgs...)
 }
 
