@@ -64,6 +64,7 @@ func TestGoodFiles(t *testing.T) {
 			QUICMaxConns:         300,
 			QUICMaxStreams:       2000,
 			Auth:                 Auth{Method: "scram-sha-256", File: "/etc/pgquic/userlist.txt", TrustLoopbackOnly: true},
+			AdminUsers:           UserList{"admin", "ops"},
 			StartupTimeout:       5 * time.Second,
 			AcquireTimeout:       time.Minute,
 			ServerLifetime:       2 * time.Hour,

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -46,13 +47,18 @@ type server struct {
 	tcp     *tcpfront.Server  // nil when disabled
 	quic    *quicfront.Server // nil when disabled
 	metrics *metricsServer    // nil when disabled
+
+	// shutdownReq is closed by the admin console's SHUTDOWN, which Run
+	// treats as it treats SIGTERM.
+	shutdownReq  chan struct{}
+	shutdownOnce sync.Once
 }
 
 // startServer builds every component from cfg (which must be valid, with
 // defaults applied), opens all listeners and logs the one "ready" line. On
 // error everything built so far is torn down. ctx bounds the start only.
 func startServer(ctx context.Context, cfg *config.Config, logger *slog.Logger) (_ *server, err error) {
-	s := &server{cfg: cfg, logger: logger, reg: prometheus.NewRegistry()}
+	s := &server{cfg: cfg, logger: logger, reg: prometheus.NewRegistry(), shutdownReq: make(chan struct{})}
 	defer func() {
 		if err != nil {
 			s.closeBackends()
@@ -106,6 +112,7 @@ func startServer(ctx context.Context, cfg *config.Config, logger *slog.Logger) (
 	if err != nil {
 		return nil, fmt.Errorf("pooler: %w", err)
 	}
+	s.pooler.SetConsole(s.newConsole())
 
 	if cfg.TCPListen != "" {
 		s.tcp, err = tcpfront.New(tcpfront.Config{
@@ -312,6 +319,8 @@ func (s *server) Run(ctx context.Context) error {
 	select {
 	case <-ctx.Done():
 		s.logger.Info("shutting down", "grace", s.cfg.ShutdownGrace)
+	case <-s.shutdownReq:
+		s.logger.Info("shutting down: SHUTDOWN from the admin console", "grace", s.cfg.ShutdownGrace)
 	case failure = <-failed:
 		s.logger.Error("shutting down after a failure", "err", failure)
 	}
