@@ -347,6 +347,7 @@ func TestPauseOneDatabase(t *testing.T) {
 	// borrows a server connection to learn its parameters, and a pause
 	// would hold that login until the startup timeout.
 	held := h.connect(ctx, t, "postgres", "postgres")
+	canceled := h.connect(ctx, t, "postgres", "postgres")
 	mustQuery(ctx, t, con, "PAUSE postgres")
 	if tb := mustQuery(ctx, t, con, "SHOW DATABASES"); tb.find(t, "name", "postgres") >= 0 {
 		if tb.get(t, tb.find(t, "name", "postgres"), "paused") != "1" {
@@ -360,11 +361,21 @@ func TestPauseOneDatabase(t *testing.T) {
 	}
 	errc := make(chan error, 1)
 	go func() { _, err := held.Exec(ctx, "SELECT 1").ReadAll(); errc <- err }()
-	waitFor(t, 10*time.Second, "the postgres client waiting", func() bool {
+	cancelErr := make(chan error, 1)
+	go func() { _, err := canceled.Exec(ctx, "SELECT 1").ReadAll(); cancelErr <- err }()
+	waitFor(t, 10*time.Second, "both postgres clients waiting", func() bool {
 		pools := mustQuery(ctx, t, con, "SHOW POOLS")
 		row := pools.find(t, "database", "postgres")
-		return row >= 0 && pools.num(t, row, "cl_waiting") == 1
+		return row >= 0 && pools.num(t, row, "cl_waiting") == 2
 	})
+	// A CancelRequest ends a wait on a paused database, as it ends a wait
+	// for a server connection.
+	if err := canceled.CancelRequest(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-cancelErr; sqlState(err) != "57014" {
+		t.Errorf("cancelled wait: %v, want 57014", err)
+	}
 	mustQuery(ctx, t, con, `RESUME "postgres"`)
 	if err := <-errc; err != nil {
 		t.Errorf("held query after RESUME: %v", err)
