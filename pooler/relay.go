@@ -283,6 +283,9 @@ func (s *session) relayOne(a *attachment) relayResult {
 			a.begun = false // the status is current: it says whether a block is open
 		}
 		if head = a.front(); head != nil {
+			if a.status == 'I' && !head.quiet {
+				s.p.m.transactions.Inc() // a client's block or implicit transaction ended
+			}
 			forward = !head.quiet
 			if head.reset {
 				a.st.reset()
@@ -408,7 +411,7 @@ func (s *session) finishRelease(a *attachment) {
 	} else {
 		a.conn.Release()
 	}
-	s.p.m.transactions.Inc()
+	s.p.m.assignments.Inc()
 	if draining {
 		s.closeClient()
 	}
