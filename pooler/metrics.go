@@ -18,6 +18,9 @@ type metrics struct {
 	prepares     prometheus.Counter
 	cancels      prometheus.Counter
 	waitSeconds  prometheus.Histogram
+	bytesIn      *prometheus.CounterVec
+	bytesOut     *prometheus.CounterVec
+	serverErrors *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -55,6 +58,18 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help:    "Time clients waited for a server connection.",
 			Buckets: []float64{.0001, .0005, .001, .005, .01, .05, .1, .5, 1, 5, 30},
 		}),
+		bytesIn: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "pgquic", Subsystem: "pooler", Name: "client_received_bytes_total",
+			Help: "Protocol bytes received from clients (after TLS decryption), by front-end transport.",
+		}, []string{"transport"}),
+		bytesOut: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "pgquic", Subsystem: "pooler", Name: "client_sent_bytes_total",
+			Help: "Protocol bytes sent to clients (before TLS encryption), by front-end transport.",
+		}, []string{"transport"}),
+		serverErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "pgquic", Subsystem: "pooler", Name: "server_errors_total",
+			Help: "ErrorResponses the server sent to clients (forwarded by the pooler), by SQLSTATE class (the code's first two characters: 23 integrity, 42 syntax or access, 57 operator intervention...).",
+		}, []string{"class"}),
 	}
 	if reg == nil {
 		return m, nil
@@ -85,6 +100,15 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		return nil, err
 	}
 	if m.waitSeconds, err = register(reg, m.waitSeconds); err != nil {
+		return nil, err
+	}
+	if m.bytesIn, err = register(reg, m.bytesIn); err != nil {
+		return nil, err
+	}
+	if m.bytesOut, err = register(reg, m.bytesOut); err != nil {
+		return nil, err
+	}
+	if m.serverErrors, err = register(reg, m.serverErrors); err != nil {
 		return nil, err
 	}
 	return m, nil
