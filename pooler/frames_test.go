@@ -1,0 +1,216 @@
+package pooler_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgproto3"
+
+	"github.com/pgquic/pgquic/internal/pgtest"
+	"github.com/pgquic/pgquic/pooler"
+)
+
+// Frame-level comparisons with PostgreSQL: a raw client speaks the protocol
+// to the server directly and to the pooler, and the messages each sends back
+// are summarised and compared, so a client sees through the pooler the same
+// frames (types, severities, SQLSTATEs) PostgreSQL itself sends.
+
+// rawConn is a protocol-level client connection.
+type rawConn struct {
+	t  testing.TB
+	nc net.Conn
+	fe *pgproto3.Frontend
+}
+
+// dialRaw opens a TCP connection to addr without sending anything.
+func dialRaw(ctx context.Context, t testing.TB, addr string) *rawConn {
+	t.Helper()
+	var d net.Dialer
+	nc, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		t.Fatalf("dial %s: %v", addr, err)
+	}
+	t.Cleanup(func() { _ = nc.Close() })
+	if dl, ok := ctx.Deadline(); ok {
+		_ = nc.SetDeadline(dl)
+	}
+	return &rawConn{t: t, nc: nc, fe: pgproto3.NewFrontend(nc, nc)}
+}
+
+// startRaw connects to addr as the superuser (trust or the password
+// "postgres") with the given extra startup parameters and reads the greeting
+// up to ReadyForQuery, which it returns summarised.
+func startRaw(ctx context.Context, t testing.TB, addr string, params map[string]string) (*rawConn, []string) {
+	t.Helper()
+	c := dialRaw(ctx, t, addr)
+	p := map[string]string{"user": "postgres", "database": "postgres"}
+	for k, v := range params {
+		p[k] = v
+	}
+	c.send(&pgproto3.StartupMessage{ProtocolVersion: pgproto3.ProtocolVersionNumber, Parameters: p})
+	var greeting []string
+	for {
+		msg, err := c.fe.Receive()
+		if err != nil {
+			t.Fatalf("startup with %s: %v (so far %v)", addr, err, greeting)
+		}
+		switch m := msg.(type) {
+		case *pgproto3.AuthenticationCleartextPassword, *pgproto3.AuthenticationMD5Password:
+			t.Fatalf("startup with %s: password requested", addr)
+		case *pgproto3.ErrorResponse:
+			t.Fatalf("startup with %s: %s %s %s", addr, m.Severity, m.Code, m.Message)
+		}
+		greeting = append(greeting, summarise(msg))
+		if _, ok := msg.(*pgproto3.ReadyForQuery); ok {
+			return c, greeting
+		}
+	}
+}
+
+func (c *rawConn) send(msgs ...pgproto3.FrontendMessage) {
+	c.t.Helper()
+	for _, m := range msgs {
+		c.fe.Send(m)
+	}
+	if err := c.fe.Flush(); err != nil {
+		c.t.Fatalf("send: %v", err)
+	}
+}
+
+// writeBytes writes b as is.
+func (c *rawConn) writeBytes(b []byte) {
+	c.t.Helper()
+	if _, err := c.nc.Write(b); err != nil {
+		c.t.Fatalf("write: %v", err)
+	}
+}
+
+// untilZ reads messages up to and including ReadyForQuery.
+func (c *rawConn) untilZ() []string {
+	c.t.Helper()
+	var out []string
+	for {
+		msg, err := c.fe.Receive()
+		if err != nil {
+			c.t.Fatalf("receive: %v (so far %v)", err, out)
+		}
+		out = append(out, summarise(msg))
+		if _, ok := msg.(*pgproto3.ReadyForQuery); ok {
+			return out
+		}
+	}
+}
+
+// untilEOF reads messages until the peer closes the connection, which ends
+// the list as "EOF". A read that fails otherwise ends it with the error.
+func (c *rawConn) untilEOF() []string {
+	c.t.Helper()
+	var out []string
+	for {
+		msg, err := c.fe.Receive()
+		if err != nil {
+			if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || isReset(err) {
+				return append(out, "EOF")
+			}
+			return append(out, "read error: "+err.Error())
+		}
+		out = append(out, summarise(msg))
+	}
+}
+
+// rawBytesUntilEOF reads raw bytes (no framing) until the peer closes.
+func (c *rawConn) rawBytesUntilEOF() ([]byte, error) {
+	b, err := io.ReadAll(c.nc)
+	if isReset(err) {
+		err = nil
+	}
+	return b, err
+}
+
+func isReset(err error) bool {
+	return err != nil && (strings.Contains(err.Error(), "connection reset by peer") || errors.Is(err, net.ErrClosed))
+}
+
+// summarise names a backend message by what a client acts on: its type, and
+// for errors and notices the severity and SQLSTATE, for ParameterStatus the
+// name and value.
+func summarise(msg pgproto3.BackendMessage) string {
+	switch m := msg.(type) {
+	case *pgproto3.ErrorResponse:
+		return fmt.Sprintf("E[%s %s]", m.Severity, m.Code)
+	case *pgproto3.NoticeResponse:
+		return fmt.Sprintf("N[%s %s]", m.Severity, m.Code)
+	case *pgproto3.ParameterStatus:
+		return fmt.Sprintf("S[%s=%s]", m.Name, m.Value)
+	case *pgproto3.ReadyForQuery:
+		return "Z[" + string(m.TxStatus) + "]"
+	case *pgproto3.CommandComplete:
+		return "C[" + string(m.CommandTag) + "]"
+	case *pgproto3.DataRow:
+		vals := make([]string, len(m.Values))
+		for i, v := range m.Values {
+			vals[i] = string(v)
+		}
+		return "D[" + strings.Join(vals, ",") + "]"
+	case *pgproto3.BackendKeyData:
+		return "K"
+	}
+	return strings.TrimPrefix(fmt.Sprintf("%T", msg), "*pgproto3.")
+}
+
+// clusterAddr is the PostgreSQL server's own TCP address.
+func clusterAddr(c *pgtest.Cluster) string {
+	return net.JoinHostPort(c.Host, strconv.Itoa(c.Port))
+}
+
+// sameFrames fails the test unless the pooler's frames equal PostgreSQL's.
+func sameFrames(t testing.TB, what string, direct, pooled []string) {
+	t.Helper()
+	if !slices.Equal(direct, pooled) {
+		t.Errorf("%s:\n  PostgreSQL: %v\n  pgquic:     %v", what, direct, pooled)
+	}
+}
+
+// withTimeout returns a context for one probe.
+func withTimeout(t testing.TB, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// TestFramesAfterTerminate compares what a client running a query sees when
+// its server process is ended with pg_terminate_backend: PostgreSQL sends
+// FATAL 57P01 and closes, and so must the pooler, in both modes, without an
+// error of its own after the server's.
+func TestFramesAfterTerminate(t *testing.T) {
+	c := sharedCluster(t)
+	ctx := testCtx(t, time.Minute)
+	d := direct(ctx, t, c)
+	probe := func(addr, tag string) []string {
+		rc, _ := startRaw(ctx, t, addr, nil)
+		sql := "select pg_sleep(30) -- " + tag
+		rc.send(&pgproto3.Query{String: sql})
+		pid := waitQuery(ctx, t, d, sql)
+		if _, err := d.Exec(ctx, "select pg_terminate_backend($1)", pid); err != nil {
+			t.Fatal(err)
+		}
+		return rc.untilEOF()
+	}
+	want := probe(clusterAddr(c), "direct")
+	if !slices.Contains(want, "E[FATAL 57P01]") {
+		t.Fatalf("PostgreSQL sent %v", want)
+	}
+	for _, mode := range []pooler.Mode{pooler.ModeTransaction, pooler.ModeSession} {
+		h := newHarness(t, harnessOpts{cluster: c, cfg: pooler.Config{Mode: mode}})
+		sameFrames(t, string(mode)+" mode", want, probe(h.ln.Addr().String(), string(mode)))
+		h.waitNoneInUse(t)
+	}
+}
