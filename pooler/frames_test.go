@@ -2,6 +2,7 @@ package pooler_test
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -213,4 +214,112 @@ func TestFramesAfterTerminate(t *testing.T) {
 		sameFrames(t, string(mode)+" mode", want, probe(h.ln.Addr().String(), string(mode)))
 		h.waitNoneInUse(t)
 	}
+}
+
+// decodeFrames summarises a byte stream of backend messages; bytes that do
+// not form a whole message end the list as "partial" followed by them.
+func decodeFrames(b []byte) []string {
+	var out []string
+	for len(b) > 0 {
+		if b[0] == 'E' && strings.HasPrefix(string(b[1:]), "FATAL:") {
+			// An error in the format of protocol 2, up to its NUL.
+			end := strings.IndexByte(string(b), 0)
+			if end < 0 {
+				return append(out, fmt.Sprintf("partial %q", b))
+			}
+			out = append(out, "E(v2)[FATAL]")
+			b = b[end+1:]
+			continue
+		}
+		if len(b) < 5 {
+			return append(out, fmt.Sprintf("partial %q", b))
+		}
+		n := int(binary.BigEndian.Uint32(b[1:5]))
+		if n < 4 || len(b) < 1+n {
+			return append(out, fmt.Sprintf("partial %q", b))
+		}
+		typ, body := b[0], b[5:1+n]
+		b = b[1+n:]
+		var msg pgproto3.BackendMessage
+		switch typ {
+		case 'E':
+			msg = &pgproto3.ErrorResponse{}
+		case 'v':
+			msg = &pgproto3.NegotiateProtocolVersion{}
+		default:
+			out = append(out, string(typ))
+			continue
+		}
+		if err := msg.Decode(body); err != nil {
+			out = append(out, fmt.Sprintf("bad %c", typ))
+			continue
+		}
+		out = append(out, summarise(msg))
+	}
+	return out
+}
+
+// startupPacket builds a startup-phase packet: length, version code, body.
+func startupPacket(code uint32, body string) []byte {
+	b := binary.BigEndian.AppendUint32(nil, uint32(8+len(body)))
+	b = binary.BigEndian.AppendUint32(b, code)
+	return append(b, body...)
+}
+
+// TestFramesBadStartup sends malformed or absent startup packets to
+// PostgreSQL and to the pooler and compares what comes back before the
+// connection closes: PostgreSQL answers some with FATAL and only logs the
+// others, and the pooler must do the same.
+func TestFramesBadStartup(t *testing.T) {
+	c := sharedCluster(t)
+	h := newHarness(t, harnessOpts{cluster: c})
+	cases := []struct {
+		name  string
+		bytes []byte
+	}{
+		{"eof", nil},
+		{"terminate", []byte{'X', 0, 0, 0, 4}},
+		{"http", []byte("GET / HTTP/1.1\r\nHost: x\r\n\r\n")},
+		{"zeros", make([]byte, 16)},
+		{"length 3", []byte{0, 0, 0, 3, 0, 3, 0, 0}},
+		{"length 7", []byte{0, 0, 0, 7, 0, 3, 0}},
+		{"length 10001", append([]byte{0, 0, 0x27, 0x11}, make([]byte, 64)...)},
+		{"incomplete", []byte{0, 0, 0, 100, 0, 3, 0, 0, 'u'}},
+		{"protocol 2.0", startupPacket(2<<16, "user\x00postgres\x00\x00")},
+		{"protocol 4.0", startupPacket(4<<16, "user\x00postgres\x00\x00")},
+		{"protocol 1234.5678", startupPacket(1234<<16|5678, "user\x00postgres\x00\x00")},
+		{"no terminator", startupPacket(3<<16, "user\x00postgres\x00")},
+		{"no user", startupPacket(3<<16, "database\x00postgres\x00\x00")},
+		{"ssl then eof", startupPacket(80877103, "")},
+		{"ssl then terminate", append(startupPacket(80877103, ""), 'X', 0, 0, 0, 4)},
+		{"cancel bad length", startupPacket(80877102, "\x00\x00")},
+	}
+	probe := func(addr string, b []byte) []string {
+		ctx := withTimeout(t, 10*time.Second)
+		rc := dialRaw(ctx, t, addr)
+		if len(b) > 0 {
+			rc.writeBytes(b)
+		}
+		_ = rc.nc.(*net.TCPConn).CloseWrite()
+		got, err := rc.rawBytesUntilEOF()
+		var out []string
+		// The one-byte answer to SSLRequest and GSSENCRequest is not a message.
+		if len(got) > 0 && (got[0] == 'N' || got[0] == 'S') && len(b) >= 8 && binary.BigEndian.Uint32(b[4:]) >= 80877103 {
+			out = append(out, "answer "+string(got[0]))
+			got = got[1:]
+		}
+		out = append(out, decodeFrames(got)...)
+		if err != nil {
+			out = append(out, "read error: "+err.Error())
+		}
+		return append(out, "EOF")
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			want := probe(clusterAddr(c), tc.bytes)
+			t.Logf("PostgreSQL: %v", want)
+			sameFrames(t, tc.name, want, probe(h.ln.Addr().String(), tc.bytes))
+		})
+	}
+	h.waitNoneInUse(t)
 }
