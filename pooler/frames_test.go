@@ -323,3 +323,66 @@ func TestFramesBadStartup(t *testing.T) {
 	}
 	h.waitNoneInUse(t)
 }
+
+// greetingOf connects to addr with the given startup parameters and returns
+// the frames up to ReadyForQuery, or up to the close after an error.
+func greetingOf(ctx context.Context, t testing.TB, addr string, params map[string]string) []string {
+	t.Helper()
+	c := dialRaw(ctx, t, addr)
+	p := map[string]string{"user": "postgres", "database": "postgres"}
+	for k, v := range params {
+		p[k] = v
+	}
+	c.send(&pgproto3.StartupMessage{ProtocolVersion: pgproto3.ProtocolVersionNumber, Parameters: p})
+	var out []string
+	for {
+		msg, err := c.fe.Receive()
+		if err != nil {
+			return append(out, "EOF")
+		}
+		out = append(out, summarise(msg))
+		if _, ok := msg.(*pgproto3.ReadyForQuery); ok {
+			c.send(&pgproto3.Terminate{})
+			return out
+		}
+	}
+}
+
+// TestFramesGreeting compares the greeting (ParameterStatus set, order and
+// values) a client gets from PostgreSQL and from the pooler, in both modes,
+// for startup parameters spelt otherwise than the server reports them:
+// the client must see the server's spelling (UTF8 for utf-8), as it would
+// directly. Each pooler probe runs twice, since the second is answered from
+// what the first taught the pooler.
+func TestFramesGreeting(t *testing.T) {
+	c := sharedCluster(t)
+	ctx := testCtx(t, time.Minute)
+	cases := []map[string]string{
+		nil,
+		{"client_encoding": "utf-8"},
+		{"client_encoding": "euc-jp", "datestyle": "iso", "TimeZone": "utc"},
+		{"client_encoding": "latin1", "DateStyle": "german", "timezone": "europe/paris", "application_name": "fidelity"},
+		{"IntervalStyle": "ISO_8601", "application_name": "caf\u00e9"},
+		{"client_encoding": "UTF8", "search_path": "public"},
+		{"application_name": `it's a \ tést`, "search_path": `"$user", public`},
+		{"TimeZone": "nowhere/none"},
+		{"client_encoding": "klingon"},
+	}
+	hs := map[pooler.Mode]*harness{}
+	for _, mode := range []pooler.Mode{pooler.ModeTransaction, pooler.ModeSession} {
+		hs[mode] = newHarness(t, harnessOpts{cluster: c, cfg: pooler.Config{Mode: mode}})
+	}
+	for i, params := range cases {
+		want := greetingOf(ctx, t, clusterAddr(c), params)
+		t.Logf("case %d %v: PostgreSQL %v", i, params, want)
+		for mode, h := range hs {
+			for round := range 2 {
+				got := greetingOf(ctx, t, h.ln.Addr().String(), params)
+				sameFrames(t, fmt.Sprintf("%s mode, %v, round %d", mode, params, round+1), want, got)
+			}
+		}
+	}
+	for _, h := range hs {
+		h.waitNoneInUse(t)
+	}
+}

@@ -415,6 +415,12 @@ func (s *session) login(ctx context.Context, sp *startupParams, authenticated fu
 	}
 	authenticated()
 	s.cr.SetMaxLen(p.cfg.MaxMessageLen)
+	// AuthenticationOk goes out with whatever comes next, the greeting or
+	// an error: PostgreSQL too says a client is authenticated before it
+	// checks the database and applies the startup parameters.
+	if err := s.writeClient(authenticationOk); err != nil {
+		return err
+	}
 
 	pool, err := p.pools.Pool(ctx, sp.db, sp.user)
 	if errors.Is(err, backend.ErrTooManyPools) {
@@ -453,26 +459,23 @@ func (s *session) login(ctx context.Context, sp *startupParams, authenticated fu
 		}
 	}
 	if s.desired == nil {
-		s.initDesired(defaults, sp.params)
+		// Transaction mode: the greeting reports the client's values in the
+		// server's spelling (see greeting.go).
+		if err := s.canonicalStartup(ctx, defaults, sp); err != nil {
+			return s.fail(asFatal(err))
+		}
 	}
 
-	msgs := make([]pgproto3.BackendMessage, 0, len(defaults)+3)
-	msgs = append(msgs, &pgproto3.AuthenticationOk{})
-	for k, v := range defaults {
-		if d, ok := s.desired[k]; ok {
-			v = d
-		}
-		if k == "server_version" && p.cfg.ServerVersion != "" {
-			v = p.cfg.ServerVersion
-		}
-		msgs = append(msgs, &pgproto3.ParameterStatus{Name: k, Value: v})
-	}
+	msgs := s.greeting(defaults)
 	msgs = append(msgs,
 		&pgproto3.BackendKeyData{ProcessID: s.pid, SecretKey: s.secret[:]},
 		&pgproto3.ReadyForQuery{TxStatus: 'I'})
 	s.loggedIn = true
 	return s.send(msgs...)
 }
+
+// authenticationOk is the AuthenticationOk message.
+var authenticationOk = []byte{'R', 0, 0, 0, 8, 0, 0, 0, 0}
 
 // asFatal turns an error from acquiring a server connection into what the
 // client is told during startup.
