@@ -16,6 +16,8 @@ type metrics struct {
 	prepares     prometheus.Counter
 	cancels      prometheus.Counter
 	waitSeconds  prometheus.Histogram
+	pins         *prometheus.CounterVec
+	pinned       prometheus.Gauge
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -49,11 +51,19 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help:    "Time clients waited for a server connection.",
 			Buckets: []float64{.0001, .0005, .001, .005, .01, .05, .1, .5, 1, 5, 30},
 		}),
+		pins: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "pgquic", Subsystem: "pooler", Name: "pins_total",
+			Help: "Times a transaction-mode client was pinned to its server connection, by the kind of session state that pinned it.",
+		}, []string{"reason"}),
+		pinned: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: "pgquic", Subsystem: "pooler", Name: "pinned_clients",
+			Help: "Transaction-mode clients currently pinned to their server connection.",
+		}),
 	}
 	if reg == nil {
 		return m, nil
 	}
-	for _, c := range []prometheus.Collector{m.clients, m.sessions, m.transactions, m.errors, m.prepares, m.cancels, m.waitSeconds} {
+	for _, c := range []prometheus.Collector{m.clients, m.sessions, m.transactions, m.errors, m.prepares, m.cancels, m.waitSeconds, m.pins, m.pinned} {
 		if err := reg.Register(c); err != nil {
 			var are prometheus.AlreadyRegisteredError
 			if !errors.As(err, &are) {
