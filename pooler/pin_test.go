@@ -349,11 +349,66 @@ func TestSessionStateNotReleased(t *testing.T) {
 			t.Fatalf("after %s: pinned_clients = %v, want 1", sql, got)
 		}
 	}
-	if _, err := p.Exec(ctx, "SELECT pg_advisory_unlock(7)").ReadAll(); err != nil {
+	// The last lock, released through the extended protocol: the probe
+	// follows the Sync.
+	if err := p.ExecParams(ctx, "SELECT pg_advisory_unlock($1::bigint)", [][]byte{[]byte("7")}, nil, nil, nil).Read().Err; err != nil {
 		t.Fatal(err)
 	}
 	waitPinned(t, reg, 0)
 	h.waitNoneInUse(t)
+}
+
+// TestSessionStateLookalikesNotPinned: the statements' keywords inside
+// strings, comments, dollar quotes and quoted identifiers, transaction-scoped
+// advisory locks and cursors without HOLD pin nobody: the pool of two
+// serves three clients in turn.
+func TestSessionStateLookalikesNotPinned(t *testing.T) {
+	ctx := testCtx(t, time.Minute)
+	h, reg := pinHarness(t, pooler.Config{})
+	p := h.connect(ctx, t).PgConn()
+	for _, sql := range []string{
+		"SELECT 'LISTEN x; CREATE TEMP TABLE t ()'",
+		"SELECT $$PREPARE p AS SELECT 1$$, $q$ $$ $q$ -- LISTEN x",
+		"/* DECLARE c CURSOR WITH HOLD FOR SELECT 1; */ SELECT 1",
+		`SELECT 1 AS "pg_advisory_lock"`,
+		"SELECT E'\\' LISTEN x'",
+		"SELECT pg_advisory_xact_lock(5)",
+		"BEGIN; DECLARE c CURSOR FOR SELECT 1; COMMIT",
+		"CREATE TABLE IF NOT EXISTS pin_lookalike_temp (a int); DROP TABLE pin_lookalike_temp",
+	} {
+		if _, err := p.Exec(ctx, sql).ReadAll(); err != nil {
+			t.Fatalf("%s: %v", sql, err)
+		}
+		h.waitNoneInUse(t)
+	}
+	if got := metricValue(t, reg, "pgquic_pooler_pinned_clients", ""); got != 0 {
+		t.Errorf("pinned_clients = %v", got)
+	}
+}
+
+// TestSessionStateKeepsRolePin: with RoleChangesPin, a client pinned by an
+// identity change stays pinned after DISCARD ALL, which the state pin alone
+// would not survive; the reasons are counted apart.
+func TestSessionStateKeepsRolePin(t *testing.T) {
+	ctx := testCtx(t, time.Minute)
+	h, reg := pinHarness(t, pooler.Config{RoleChanges: pooler.RoleChangesPin})
+	p := h.connect(ctx, t).PgConn()
+	create(ctx, t, p, stateCase{create: []string{"LISTEN a", "SET ROLE postgres"}})
+	pinned := simpleOne(ctx, t, p, "SELECT pg_backend_pid()::text")
+	if _, err := p.Exec(ctx, "DISCARD ALL").ReadAll(); err != nil {
+		t.Fatal(err)
+	}
+	if pid := simpleOne(ctx, t, p, "SELECT pg_backend_pid()::text"); pid != pinned {
+		t.Fatalf("after DISCARD ALL the role-pinned client moved from %s to %s", pinned, pid)
+	}
+	if got := metricValue(t, reg, "pgquic_pooler_pinned_clients", ""); got != 1 {
+		t.Errorf("pinned_clients = %v, want 1", got)
+	}
+	for _, reason := range []string{"listen", "role"} {
+		if got := metricValue(t, reg, "pgquic_pooler_pins_total", reason); got != 1 {
+			t.Errorf("pins_total{reason=%q} = %v, want 1", reason, got)
+		}
+	}
 }
 
 // TestSessionStateError: with SessionStateError, statements creating
