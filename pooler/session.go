@@ -68,6 +68,10 @@ type session struct {
 	cwFn func() *bufio.Writer // s.clientWriter, bound once so forwarding a row allocates nothing
 	busy atomic.Bool          // a server connection is attached: keep cw
 
+	authed  atomic.Bool  // logged in (for the clients_by_state gauge)
+	waiting atomic.Bool  // waiting for a server connection (same)
+	txns    atomic.Int64 // transactions completed, for the session-end log line
+
 	stuck atomic.Uint32 // watcher epoch when the owner began waiting on the server; 0 when not (watch.go)
 
 	wmu sync.Mutex
@@ -95,12 +99,12 @@ func newSession(p *Pooler, rwc io.ReadWriteCloser, peer Peer) *session {
 		p:    p,
 		id:   p.nextID.Add(1),
 		peer: peer,
-		rwc:  rwc,
 		// Until the client has authenticated it may send nothing larger
 		// than an authentication message; login raises the limit to
 		// MaxMessageLen.
-		cr: wire.NewReader(rwc, clientReadBuf, min(maxPasswordPacketLen-4, p.cfg.MaxMessageLen)),
 	}
+	s.rwc = s.countBytes(rwc)
+	s.cr = wire.NewReader(s.rwc, clientReadBuf, min(maxPasswordPacketLen-4, p.cfg.MaxMessageLen))
 	s.cwFn = s.clientWriter
 	s.log = p.log.With("transport", peer.Transport)
 	if peer.Addr != nil {
@@ -114,6 +118,7 @@ func newSession(p *Pooler, rwc io.ReadWriteCloser, peer Peer) *session {
 // rwc changes only under s.mu; if the session was closed meanwhile, the new
 // stream is closed too.
 func (s *session) setStream(rwc io.ReadWriteCloser) {
+	rwc = s.countBytes(rwc)
 	s.mu.Lock()
 	s.cwMu.Lock()
 	s.rwc = rwc
