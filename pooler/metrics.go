@@ -21,6 +21,8 @@ type metrics struct {
 	bytesIn      *prometheus.CounterVec
 	bytesOut     *prometheus.CounterVec
 	serverErrors *prometheus.CounterVec
+	pins         *prometheus.CounterVec
+	pinned       prometheus.Gauge
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -70,6 +72,14 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Namespace: "pgquic", Subsystem: "pooler", Name: "server_errors_total",
 			Help: "ErrorResponses the server sent to clients (forwarded by the pooler), by SQLSTATE class (the code's first two characters: 23 integrity, 42 syntax or access, 57 operator intervention...).",
 		}, []string{"class"}),
+		pins: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "pgquic", Subsystem: "pooler", Name: "pins_total",
+			Help: "Times a transaction-mode client was pinned to its server connection, by the kind of session state that pinned it.",
+		}, []string{"reason"}),
+		pinned: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: "pgquic", Subsystem: "pooler", Name: "pinned_clients",
+			Help: "Transaction-mode clients currently pinned to their server connection.",
+		}),
 	}
 	if reg == nil {
 		return m, nil
@@ -109,6 +119,12 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		return nil, err
 	}
 	if m.serverErrors, err = register(reg, m.serverErrors); err != nil {
+		return nil, err
+	}
+	if m.pins, err = register(reg, m.pins); err != nil {
+		return nil, err
+	}
+	if m.pinned, err = register(reg, m.pinned); err != nil {
 		return nil, err
 	}
 	return m, nil

@@ -35,6 +35,8 @@ type entry struct {
 	injected  bool      // sent by the pooler: swallow the success reply
 	quiet     bool      // pooler query: swallow every reply, ReadyForQuery included
 	reset     bool      // the session-mode reset query: forget the server's statements
+	probe     bool      // the pooler's session-state probe (pin.go)
+	gen       uint64    // probe: the session's pin generation when it was sent
 	stmt      string    // server statement name of a Parse, dropped from the cache on error
 	unnamed   bool      // a Parse of the unnamed statement
 	synthetic []byte    // eSynthetic: bytes to write
@@ -255,6 +257,12 @@ func (s *session) relayOne(a *attachment) relayResult {
 		result = relayWaiting
 	case 'S': // ParameterStatus
 		s.noteParameter(a, body, quiet)
+	case 'D': // DataRow: only a quiet query's comes here
+		if head != nil && head.probe {
+			s.probeRowLocked(body)
+		}
+	case 'A': // NotificationResponse: the client's, whatever query runs
+		forward = true
 	case 'E':
 		if !quiet {
 			s.p.m.serverErrors.WithLabelValues(sqlstateClass(body)).Inc()
@@ -302,6 +310,9 @@ func (s *session) relayOne(a *attachment) relayResult {
 			forward = !head.quiet
 			if head.reset {
 				a.st.reset()
+			}
+			if head.probe {
+				s.probeDoneLocked(a, head)
 			}
 			pop = true
 		}

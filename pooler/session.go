@@ -82,7 +82,8 @@ type session struct {
 	stmtBytes  int                     // their size, for ClientStatementBytes
 	att        *attachment
 	draining   bool
-	pinned     bool // transaction mode: an identity change keeps the server connection until the session ends
+	pinned     bool     // transaction mode: the client keeps its server connection (pin.held != 0)
+	pin        pinState // why (pin.go)
 	killed     bool
 	closing    bool // rwc closed by us
 
@@ -214,6 +215,7 @@ func (s *session) loop(ctx context.Context) error {
 func (s *session) serveReplies() bool {
 	s.mu.Lock()
 	a := s.att
+	s.relayNotificationsLocked(a)
 	if a == nil || a.released || a.relaying || a.pending() == 0 {
 		s.mu.Unlock()
 		return false
@@ -298,7 +300,7 @@ func (s *session) handleSync(ctx context.Context) error {
 		return s.writeClientLocal(readyForQuery('I'))
 	}
 	s.push(a, entry{kind: eSync})
-	err := s.writeServer(a, nil)
+	err := s.syncProbingLocked(a)
 	s.mu.Unlock()
 	return err
 }
