@@ -108,6 +108,7 @@ func (p *Pooler) Serve(ctx context.Context, rwc io.ReadWriteCloser, peer Peer) e
 	defer stop()
 	start := time.Now()
 	err := s.run(ctx)
+	s.stopTimers()
 	s.close()
 	s.logEnd(time.Since(start), err)
 	return err

@@ -87,6 +87,10 @@ func parseServeFlags(args []string, stdout, stderr io.Writer) (*config.Config, e
 		logFormat   = fs.String("log-format", config.DefaultLogFormat, "log `format`: text or json")
 		maxClients  = fs.Int("max-client-conn", config.DefaultMaxClientConn, "maximum concurrent client sessions")
 		gracePeriod = fs.Duration("shutdown-grace", config.DefaultShutdownGrace, "how long shutdown waits for open transactions")
+		queryWait   = fs.Duration("query-wait-timeout", config.DefaultAcquireTimeout, "how long a client waits for a server connection from a busy pool before SQLSTATE 53300")
+		idleTx      = fs.Duration("idle-transaction-timeout", 0, "end a client idle this long inside a transaction (FATAL 25P03, rolled back); 0 disables")
+		clientIdle  = fs.Duration("client-idle-timeout", 0, "end a client idle this long outside a transaction (FATAL 57P05); 0 disables")
+		queryTO     = fs.Duration("query-timeout", 0, "cancel a request the server has not answered within this long (57014, the session goes on); 0 disables")
 		procs       = fs.Int("procs", 0, "OS threads running Go code (GOMAXPROCS); 0 means half the CPUs, at least 1")
 	)
 	fs.Usage = func() {
@@ -151,6 +155,14 @@ func parseServeFlags(args []string, stdout, stderr io.Writer) (*config.Config, e
 			cfg.MaxClientConn = *maxClients
 		case "shutdown-grace":
 			cfg.ShutdownGrace = *gracePeriod
+		case "query-wait-timeout":
+			cfg.AcquireTimeout = *queryWait
+		case "idle-transaction-timeout":
+			cfg.IdleTransactionTimeout = *idleTx
+		case "client-idle-timeout":
+			cfg.ClientIdleTimeout = *clientIdle
+		case "query-timeout":
+			cfg.QueryTimeout = *queryTO
 		case "procs":
 			cfg.Procs = *procs
 		}
