@@ -244,14 +244,36 @@ func TestShowPoolsUnderLoad(t *testing.T) {
 		}
 		return waiting > 0 && linked == 2
 	})
-	st := mustQuery(ctx, t, con, "SHOW STATS")
-	if i := st.find(t, "database", "postgres"); i < 0 || st.num(t, i, "total_xact_count") == 0 || st.num(t, i, "total_wait_time") == 0 {
-		t.Errorf("SHOW STATS after load: %v", st.rows)
-	}
 	close(stop)
-	if failed, done := wait(); failed != 0 || done == 0 {
+	failed, done := wait()
+	if failed != 0 || done == 0 {
 		t.Errorf("load: %d failed, %d done", failed, done)
 	}
+	// Every transaction of the load is one simple Query: SHOW STATS counts
+	// each once, with its time (each holds the server at least 100 ms).
+	st := mustQuery(ctx, t, con, "SHOW STATS")
+	i := st.find(t, "database", "postgres")
+	if i < 0 {
+		t.Fatalf("SHOW STATS lacks postgres: %v", st.rows)
+	}
+	for _, col := range []string{"total_xact_count", "total_query_count"} {
+		if got := st.num(t, i, col); got != int(done) {
+			t.Errorf("SHOW STATS %s = %d, want the %d transactions run", col, got, done)
+		}
+	}
+	// One more server assignment: the first login borrowed a connection to
+	// learn the server's parameters.
+	if got := st.num(t, i, "total_server_assignment_count"); got != int(done)+1 {
+		t.Errorf("SHOW STATS total_server_assignment_count = %d, want %d", got, done+1)
+	}
+	if got := st.num(t, i, "total_xact_time"); got < int(done)*100_000 {
+		t.Errorf("SHOW STATS total_xact_time = %d µs for %d transactions of at least 100 ms", got, done)
+	}
+	if st.num(t, i, "total_query_time") == 0 || st.num(t, i, "total_wait_time") == 0 {
+		t.Errorf("SHOW STATS times: %v", st.rows[i])
+	}
+	t.Logf("SHOW STATS after %d transactions: xact_count=%d query_count=%d xact_time=%dµs wait_time=%dµs", done,
+		st.num(t, i, "total_xact_count"), st.num(t, i, "total_query_count"), st.num(t, i, "total_xact_time"), st.num(t, i, "total_wait_time"))
 	waitFor(t, 10*time.Second, "cl_waiting back to 0", func() bool {
 		pools = mustQuery(ctx, t, con, "SHOW POOLS")
 		row = pools.find(t, "database", "postgres")

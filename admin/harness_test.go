@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/pgquic/pgquic/admin"
 	"github.com/pgquic/pgquic/backend"
@@ -33,15 +34,16 @@ func newHarness(t testing.TB, poolSize int) *harness {
 	t.Helper()
 	c := shared.Get(t)
 	ctx, cancel := context.WithCancel(context.Background())
+	reg := prometheus.NewRegistry() // SHOW STATS reads the pools' duration histograms
 	mgr, err := backend.NewManager(ctx, backend.ManagerConfig{
 		Routes:   []backend.Route{{Database: "*", PoolConfig: backend.PoolConfig{ConnString: c.SuperURL("postgres")}}},
 		Defaults: backend.PoolConfig{PoolSize: poolSize},
-	}, nil, nil)
+	}, nil, reg)
 	if err != nil {
 		cancel()
 		t.Fatalf("backend.NewManager: %v", err)
 	}
-	p, err := pooler.New(pooler.Config{AcquireTimeout: time.Minute}, mgr, nil, nil)
+	p, err := pooler.New(pooler.Config{AcquireTimeout: time.Minute}, mgr, nil, reg)
 	if err != nil {
 		cancel()
 		t.Fatalf("pooler.New: %v", err)

@@ -237,18 +237,18 @@ var statsNames = []string{"database",
 	"avg_server_parse_count", "avg_bind_count",
 	"avg_client_login_count"}
 
-// dbTotals are a database's cumulative counters.
+// dbTotals are a database's cumulative counters; times in microseconds.
 type dbTotals struct {
-	name              string
-	assignments, xact int64
-	waitMicros        int64
+	name                                string
+	assignments, xact, queries          uint64
+	xactMicros, queryMicros, waitMicros int64
 }
 
-// totals sums the pools' counters per client-facing database. Server
-// assignments are connections lent; in transaction mode each is one
-// transaction, so xact_count is the same number (in session mode pgquic
-// does not count transactions: 0). Wait time is the time Acquire calls
-// took, in microseconds.
+// totals sums the pools' counters per client-facing database: server
+// connections lent, transactions and requests (a simple Query, or the
+// extended-protocol messages up to a Sync) with their durations as the
+// pool's duration histograms recorded them, and the time Acquire calls
+// took.
 func (c *Console) totals() []dbTotals {
 	var out []dbTotals
 	for _, np := range c.pools.NamedPools() {
@@ -257,20 +257,20 @@ func (c *Console) totals() []dbTotals {
 			out = append(out, dbTotals{name: np.Database})
 		}
 		t := &out[len(out)-1]
-		t.assignments += ct.Acquires
-		if c.cfg.Mode == string(pooler.ModeTransaction) {
-			t.xact += ct.Acquires
-		}
+		t.assignments += uint64(ct.Acquires)
+		t.xact += ct.Transactions
+		t.queries += ct.Queries
+		t.xactMicros += ct.TransactionTime.Microseconds()
+		t.queryMicros += ct.QueryTime.Microseconds()
 		t.waitMicros += ct.AcquireWait.Microseconds()
 	}
 	return out
 }
 
-// showStats is SHOW STATS. Only server assignments, transactions (in
-// transaction mode) and wait time are measured per database; query counts,
-// bytes, transaction and query times, parse, bind and login counts and all
-// averages are not measured yet and read 0 (the Prometheus series have
-// what pgquic measures).
+// showStats is SHOW STATS. Measured per database: server assignments,
+// transactions and requests with their times, and wait time. Not measured
+// per database yet, reading 0: bytes, parse, bind and login counts, and
+// every avg_* column (the Prometheus series have what pgquic measures).
 func (c *Console) showStats() *result {
 	types := "s"
 	for range len(statsNames) - 1 {
@@ -282,7 +282,8 @@ func (c *Console) showStats() *result {
 		for i := range row {
 			row[i] = 0
 		}
-		row[0], row[1], row[2], row[8] = t.name, t.assignments, t.xact, t.waitMicros
+		row[0], row[1], row[2], row[3] = t.name, t.assignments, t.xact, t.queries
+		row[6], row[7], row[8] = t.xactMicros, t.queryMicros, t.waitMicros
 		r.add(row...)
 	}
 	return r
@@ -299,7 +300,7 @@ func (c *Console) showStatsTotals() *result {
 		"server_parse_count", "bind_count",
 		"client_login_count")}
 	for _, t := range c.totals() {
-		r.add(t.name, t.assignments, t.xact, 0, 0, 0, 0, 0, t.waitMicros, 0, 0, 0, 0)
+		r.add(t.name, t.assignments, t.xact, t.queries, 0, 0, t.xactMicros, t.queryMicros, t.waitMicros, 0, 0, 0, 0)
 	}
 	return r
 }

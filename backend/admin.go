@@ -4,6 +4,9 @@ import (
 	"cmp"
 	"slices"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 )
 
 // Read-only statistics and the PAUSE/KILL hooks the admin console uses.
@@ -85,12 +88,39 @@ type Counters struct {
 	Acquires int64
 	// AcquireWait is the total time Acquire calls spent, waiting included.
 	AcquireWait time.Duration
+	// Queries and QueryTime count the requests the holders recorded with
+	// Conn.ObserveQuery and their total duration; Transactions and
+	// TransactionTime likewise for Conn.ObserveTransaction. They are read
+	// from the pool's duration histograms, so they are 0 for a pool built
+	// without metrics, and pools with the same database and user labels
+	// share them.
+	Queries, Transactions      uint64
+	QueryTime, TransactionTime time.Duration
 }
 
 // Counters returns the pool's cumulative totals.
 func (p *Pool) Counters() Counters {
 	s := p.pp.Stat()
-	return Counters{Acquires: s.AcquireCount(), AcquireWait: s.AcquireDuration()}
+	c := Counters{Acquires: s.AcquireCount(), AcquireWait: s.AcquireDuration()}
+	if pm := p.metrics; pm != nil {
+		c.Queries, c.QueryTime = histogramTotals(pm.queryDur)
+		c.Transactions, c.TransactionTime = histogramTotals(pm.txDur)
+	}
+	return c
+}
+
+// histogramTotals reads a histogram's sample count and sum (in seconds).
+func histogramTotals(o prometheus.Observer) (uint64, time.Duration) {
+	m, ok := o.(prometheus.Metric)
+	if !ok {
+		return 0, 0
+	}
+	var d dto.Metric
+	if err := m.Write(&d); err != nil || d.GetHistogram() == nil {
+		return 0, 0
+	}
+	h := d.GetHistogram()
+	return h.GetSampleCount(), time.Duration(h.GetSampleSum() * float64(time.Second))
 }
 
 // Pause closes the pool's idle server connections and stops the

@@ -130,10 +130,12 @@ func (s *session) waitGate(ctx context.Context) error {
 	s.waitCancel = cancelWait
 	s.waitSince = time.Now()
 	s.mu.Unlock()
+	s.waiting.Store(true)
 	if s.peer.Probe != nil {
 		s.markStuck()
 	}
 	defer func() {
+		s.waiting.Store(false)
 		s.stuck.Store(0)
 		s.mu.Lock()
 		s.waitCancel = nil
