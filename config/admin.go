@@ -63,7 +63,8 @@ type Setting struct {
 
 // Settings lists every top-level and auth setting with its value and
 // default, in the order of the Config struct. The databases list is left
-// out: SHOW DATABASES shows the routes.
+// out (SHOW DATABASES shows the routes), and so are old key names kept for
+// compatibility (fields named Legacy...), whose value is in the new key.
 func (c *Config) Settings() []Setting {
 	var out []Setting
 	walkSettings(reflect.ValueOf(*c), reflect.ValueOf(*Default()), "", &out)
@@ -75,8 +76,8 @@ func walkSettings(v, d reflect.Value, prefix string, out *[]Setting) {
 	for i := range t.NumField() {
 		f := t.Field(i)
 		key, _, _ := strings.Cut(f.Tag.Get("yaml"), ",")
-		if key == "" || key == "-" || key == "databases" {
-			continue
+		if key == "" || key == "-" || key == "databases" || strings.HasPrefix(f.Name, "Legacy") {
+			continue // Legacy fields are old key names folded into their new ones
 		}
 		if f.Type.Kind() == reflect.Struct && f.Type != reflect.TypeFor[time.Duration]() {
 			walkSettings(v.Field(i), d.Field(i), prefix+key+".", out)

@@ -46,11 +46,11 @@ func TestSettings(t *testing.T) {
 		got[s.Key] = s
 	}
 	checks := map[string][2]string{
-		"pool_size":       {"7", "20"},
-		"admin_users":     {"admin,ops", ""},
-		"auth.method":     {"trust", "trust"},
-		"acquire_timeout": {"30s", "30s"},
-		"require_tls":     {"false", "false"},
+		"pool_size":          {"7", "20"},
+		"admin_users":        {"admin,ops", ""},
+		"auth.method":        {"trust", "trust"},
+		"query_wait_timeout": {"30s", "30s"},
+		"require_tls":        {"false", "false"},
 	}
 	for k, want := range checks {
 		s, ok := got[k]
@@ -61,7 +61,9 @@ func TestSettings(t *testing.T) {
 	if b := got["backend"].Value; strings.Contains(b, "secret") || !strings.Contains(b, "db:5432") {
 		t.Errorf("backend shown as %q: password not masked", b)
 	}
-	if _, ok := got["databases"]; ok {
-		t.Error("databases listed in settings")
+	for _, k := range []string{"databases", "acquire_timeout"} {
+		if _, ok := got[k]; ok {
+			t.Errorf("%s listed in settings", k)
+		}
 	}
 }
