@@ -350,6 +350,14 @@ func TestPauseResume(t *testing.T) {
 	if d := done.Load(); d != 0 {
 		t.Fatalf("%d transactions ran while paused", d)
 	}
+	// maxwait grows while they are held.
+	maxwait := func() int {
+		p := mustQuery(ctx, t, watch, "SHOW POOLS")
+		row := p.find(t, "database", "postgres")
+		return p.num(t, row, "maxwait")*1_000_000 + p.num(t, row, "maxwait_us")
+	}
+	first := maxwait()
+	waitFor(t, 10*time.Second, "maxwait to grow", func() bool { return maxwait() > first })
 	mustQuery(ctx, t, watch, "RESUME")
 	for range n {
 		if err := <-errs; err != nil {
