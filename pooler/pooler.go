@@ -53,6 +53,7 @@ type Pooler struct {
 	wg     sync.WaitGroup
 
 	starting startingLimiter // sessions not yet authenticated (startup.go)
+	cancelWG sync.WaitGroup  // cancels sent for requests of sessions cut off (cancelOnServer)
 	canon    canonTable      // the server's spelling of clients' startup values (greeting.go)
 
 	paramsMu sync.Mutex
@@ -146,6 +147,7 @@ func (p *Pooler) Shutdown(ctx context.Context) error {
 		}
 		p.mu.Unlock()
 		<-done
+		p.cancelWG.Wait() // each bounded by cancelTimeout
 		return ctx.Err()
 	}
 }

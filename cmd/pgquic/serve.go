@@ -9,7 +9,9 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"os/signal"
 	"runtime"
+	"syscall"
 
 	"github.com/pgquic/pgquic/config"
 )
@@ -50,6 +52,28 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		logger.Error("start failed", "err", err)
 		return 1
 	}
+	// The first SIGINT or SIGTERM cancels ctx (see main) and starts the
+	// drain; a second one forces it. Being registered here also keeps the
+	// second signal from killing the process outright, so the requests of
+	// the sessions cut off are cancelled on the server before it exits.
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	defer signal.Stop(sigs)
+	watchDone := make(chan struct{})
+	defer close(watchDone)
+	go func() {
+		for n := 0; ; {
+			select {
+			case <-sigs:
+				if n++; n == 2 {
+					srv.Force()
+					return
+				}
+			case <-watchDone:
+				return
+			}
+		}
+	}()
 	if err := srv.Run(ctx); err != nil {
 		logger.Error("stopped with error", "err", err)
 		return 1

@@ -52,13 +52,29 @@ type server struct {
 	// treats as it treats SIGTERM.
 	shutdownReq  chan struct{}
 	shutdownOnce sync.Once
+
+	force     chan struct{} // closed by Force
+	forceOnce sync.Once
+}
+
+// errForced is Run's result when Force cut the drain short.
+var errForced = errors.New("shutdown forced before open transactions finished")
+
+// Force cuts a shutdown short: sessions still open are ended at once, the
+// requests they were running cancelled on the server, and their server
+// connections closed. runServe calls it on a second SIGINT or SIGTERM.
+func (s *server) Force() {
+	s.forceOnce.Do(func() {
+		s.logger.Warn("second signal: forcing shutdown, open transactions are cut off")
+		close(s.force)
+	})
 }
 
 // startServer builds every component from cfg (which must be valid, with
 // defaults applied), opens all listeners and logs the one "ready" line. On
 // error everything built so far is torn down. ctx bounds the start only.
 func startServer(ctx context.Context, cfg *config.Config, logger *slog.Logger) (_ *server, err error) {
-	s := &server{cfg: cfg, logger: logger, reg: prometheus.NewRegistry(), shutdownReq: make(chan struct{})}
+	s := &server{cfg: cfg, logger: logger, reg: prometheus.NewRegistry(), shutdownReq: make(chan struct{}), force: make(chan struct{})}
 	defer func() {
 		if err != nil {
 			s.closeBackends()
@@ -332,6 +348,13 @@ func (s *server) Run(ctx context.Context) error {
 	s.shutdown()
 	cancelServe()
 	_ = g.Wait() // failures after stopping began are expected and not reported
+	if failure == nil {
+		select {
+		case <-s.force:
+			failure = errForced
+		default:
+		}
+	}
 	return failure
 }
 
@@ -342,6 +365,16 @@ func (s *server) shutdown() {
 	defer cancelPool()
 	frontCtx, cancelFront := context.WithTimeout(context.Background(), s.cfg.ShutdownGrace+frontGraceExtra)
 	defer cancelFront()
+	drained := make(chan struct{})
+	defer close(drained)
+	go func() {
+		select {
+		case <-s.force:
+			cancelPool()
+			cancelFront()
+		case <-drained:
+		}
+	}()
 
 	var g errgroup.Group
 	if s.tcp != nil {
