@@ -53,6 +53,7 @@ type Pooler struct {
 
 	starting startingLimiter // sessions not yet authenticated (startup.go)
 	canon    canonTable      // the server's spelling of clients' startup values (greeting.go)
+	stale    staleGens       // statements whose result type changed (stale.go)
 
 	paramsMu sync.Mutex
 	params   map[paramsKey]map[string]string // server parameters per server database and user, learnt from a first connection

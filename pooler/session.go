@@ -62,6 +62,7 @@ type session struct {
 	outAtt   *attachment // where they go
 	outFwd   bool        // then forward the current client message raw
 	msgLen   int         // length of the current client message, header included
+	curTyp   byte        // type of the current client message
 
 	cwMu sync.Mutex
 	cw   *bufio.Writer        // nil while idle (see flushClient)
@@ -162,6 +163,7 @@ func (s *session) loop(ctx context.Context) error {
 		}
 		typ, n, err := s.cr.Next()
 		s.msgLen = wire.HeaderLen + n
+		s.curTyp = typ
 		if err != nil {
 			if errors.Is(err, wire.ErrBadLength) || errors.Is(err, wire.ErrMessageTooLarge) {
 				return s.fail(fatal(pgproto.CodeProtocolViolation, "invalid message length", err))
