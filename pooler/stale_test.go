@@ -148,3 +148,110 @@ func TestStaleStatementFrames(t *testing.T) {
 	}
 	h.waitNoneInUse(t)
 }
+
+// TestStaleStatementManyServers spreads a statement over two server
+// connections before ALTER TABLE: once one copy has been found stale, the
+// other is prepared again before use, so later clients succeed even inside
+// transaction blocks, where no retry is possible; clients that used the
+// statement before the change get 0A000 once, then the new shape.
+func TestStaleStatementManyServers(t *testing.T) {
+	c := sharedCluster(t)
+	ctx := testCtx(t, time.Minute)
+	h := newHarness(t, harnessOpts{cluster: c, poolSize: 2})
+	if err := c.Exec(ctx, "drop table if exists stale_many; create table stale_many (a int); insert into stale_many values (1)"); err != nil {
+		t.Fatal(err)
+	}
+	sql := "select * from stale_many where a = $1"
+	// Two clients in concurrent transactions hold both server connections,
+	// so each prepares the statement on its own.
+	inTx := func(conns ...*pgx.Conn) []string {
+		var txs []pgx.Tx
+		for _, conn := range conns {
+			tx, err := conn.Begin(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			txs = append(txs, tx)
+		}
+		var out []string
+		for _, conn := range conns {
+			out = append(out, outcome(ctx, conn, sql, 1))
+		}
+		for _, tx := range txs {
+			_ = tx.Rollback(ctx)
+		}
+		return out
+	}
+	a, b := h.connect(ctx, t), h.connect(ctx, t)
+	for _, got := range inTx(a, b) {
+		if got != "1 columns [[1]]" {
+			t.Fatalf("before the change: %s", got)
+		}
+	}
+	if err := c.Exec(ctx, "alter table stale_many add column b int default 7"); err != nil {
+		t.Fatal(err)
+	}
+	const want = "2 columns [[1 7]]"
+	if got := outcome(ctx, h.connect(ctx, t), sql, 1); got != want {
+		t.Fatalf("first new client: %s, want %s", got, want)
+	}
+	for round := range 3 {
+		for i, got := range inTx(h.connect(ctx, t), h.connect(ctx, t)) {
+			if got != want {
+				t.Errorf("round %d, new client %d in a transaction: %s, want %s", round, i, got, want)
+			}
+		}
+	}
+	for name, conn := range map[string]*pgx.Conn{"a": a, "b": b} {
+		if got := outcome(ctx, conn, sql, 1); got != "error 0A000" {
+			t.Errorf("client %s, prepared before the change: %s, want error 0A000", name, got)
+		}
+		if got := outcome(ctx, conn, sql, 1); got != want {
+			t.Errorf("client %s again: %s, want %s", name, got, want)
+		}
+	}
+	h.waitNoneInUse(t)
+}
+
+// TestStaleStatementLongPipeline makes the first use of a stale statement
+// part of a pipeline longer than the pooler records: the retry is not
+// attempted, the client gets 0A000 as it would have from the stale copy,
+// and its next attempt works.
+func TestStaleStatementLongPipeline(t *testing.T) {
+	c := sharedCluster(t)
+	ctx := testCtx(t, time.Minute)
+	h := newHarness(t, harnessOpts{cluster: c, poolSize: 1})
+	if err := c.Exec(ctx, "drop table if exists stale_long; create table stale_long (a int, t text); insert into stale_long values (1, 'x')"); err != nil {
+		t.Fatal(err)
+	}
+	sql := "select * from stale_long where t <> $1"
+	first, _ := startRaw(ctx, t, h.ln.Addr().String(), nil)
+	first.send(&pgproto3.Parse{Name: "s", Query: sql}, &pgproto3.Describe{ObjectType: 'S', Name: "s"}, &pgproto3.Sync{})
+	first.untilZ()
+	if err := c.Exec(ctx, "alter table stale_long add column b int default 7"); err != nil {
+		t.Fatal(err)
+	}
+	big := make([]byte, 100<<10)
+	for i := range big {
+		big[i] = 'y'
+	}
+	use := []pgproto3.FrontendMessage{
+		&pgproto3.Parse{Name: "s", Query: sql},
+		&pgproto3.Bind{PreparedStatement: "s", Parameters: [][]byte{big}},
+		&pgproto3.Describe{ObjectType: 'P'},
+		&pgproto3.Execute{},
+		&pgproto3.Sync{},
+	}
+	second, _ := startRaw(ctx, t, h.ln.Addr().String(), nil)
+	second.send(use...)
+	got := second.untilZ()
+	if want := []string{"ParseComplete", "E[ERROR 0A000]", "Z[I]"}; !slices.Equal(got, want) {
+		t.Fatalf("long pipeline: %v, want %v", got, want)
+	}
+	second.send(use[1:]...)
+	got = second.untilZ()
+	if want := []string{"BindComplete", "RowDescription", "D[1,x,7]", "C[SELECT 1]", "Z[I]"}; !slices.Equal(got, want) {
+		t.Fatalf("next attempt: %v, want %v", got, want)
+	}
+	h.waitNoneInUse(t)
+}
