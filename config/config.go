@@ -36,6 +36,7 @@ const (
 	DefaultMetricsListen        = "127.0.0.1:9187"
 	DefaultMode                 = defaults.Mode
 	DefaultRoleChanges          = defaults.RoleChanges
+	DefaultSessionState         = defaults.SessionState
 	DefaultClientStatementBytes = defaults.ClientStatementBytes
 	DefaultPoolSize             = defaults.PoolSize
 	DefaultMinPool              = 2
@@ -94,6 +95,15 @@ type Config struct {
 	// client keeps its server connection until it disconnects).
 	// Default: "refuse".
 	RoleChanges string `yaml:"role_changes"`
+
+	// SessionState says what transaction mode does with statements that
+	// create session state it cannot move to another server connection
+	// (temporary tables, LISTEN, session advisory locks, WITH HOLD
+	// cursors, SQL PREPARE): "pin" (the client keeps its server connection
+	// until it disconnects or the state is gone, e.g. after DISCARD ALL)
+	// or "error" (SQLSTATE 0A000 outside a transaction block).
+	// Default: "pin".
+	SessionState string `yaml:"session_state"`
 
 	// ClientStatementBytes bounds the bytes of named prepared statements
 	// one client may hold in transaction mode. Default: 16 MiB.
@@ -348,6 +358,7 @@ func Parse(b []byte) (*Config, error) {
 func (c *Config) ApplyDefaults() {
 	setIf(&c.Mode, "", DefaultMode)
 	setIf(&c.RoleChanges, "", DefaultRoleChanges)
+	setIf(&c.SessionState, "", DefaultSessionState)
 	setIf(&c.ClientStatementBytes, 0, DefaultClientStatementBytes)
 	setIf(&c.PoolSize, 0, DefaultPoolSize)
 	if !c.Explicit.MinPool && c.PoolSize > 0 && c.MinPool > c.PoolSize {
@@ -417,6 +428,9 @@ func (c *Config) Validate() error {
 	}
 	if c.RoleChanges != "refuse" && c.RoleChanges != "pin" {
 		bad("role_changes: %q is not refuse or pin", c.RoleChanges)
+	}
+	if c.SessionState != "pin" && c.SessionState != "error" {
+		bad("session_state: %q is not pin or error", c.SessionState)
 	}
 	if c.ClientStatementBytes < 1 {
 		bad("client_statement_bytes: %d must be at least 1", c.ClientStatementBytes)

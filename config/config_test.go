@@ -49,6 +49,7 @@ func TestGoodFiles(t *testing.T) {
 			Backend:              "postgres://app:secret@127.0.0.1:5432/postgres?sslmode=disable",
 			Mode:                 "session",
 			RoleChanges:          "pin",
+			SessionState:         "error",
 			ClientStatementBytes: 1 << 20,
 			PoolSize:             50,
 			MinPool:              5,
@@ -116,6 +117,7 @@ func TestBadFiles(t *testing.T) {
 		"wrong-type.bad.yml":          {"cannot unmarshal !!str `twenty` into int"},
 		"bad-mode.bad.yml":            {`mode: "statement" is not transaction or session`},
 		"role-changes.bad.yml":        {`role_changes: "allow" is not refuse or pin`},
+		"session-state.bad.yml":       {`session_state: "refuse" is not pin or error`},
 		"bad-pool.bad.yml":            {"min_pool: 5 exceeds pool_size 4: lower min_pool (--min-pool) or raise pool_size (--pool-size)"},
 		"max-pools.bad.yml":           {"max_pools: -1 must be at least 1", "pool_idle_timeout: -1s must not be negative"},
 		"trust-exposed.bad.yml": {

@@ -39,6 +39,23 @@ const (
 	RoleChangesPin RoleChangePolicy = "pin"
 )
 
+// SessionStatePolicy says what transaction mode does with statements that
+// create session state the pooler cannot move to another server
+// connection: temporary tables, LISTEN, session advisory locks, cursors
+// WITH HOLD and SQL-level PREPARE (see pin.go).
+type SessionStatePolicy string
+
+const (
+	// SessionStatePin runs them and keeps the client on its server
+	// connection until it disconnects or the server holds no such state
+	// any more (after DISCARD ALL, say). It is the default.
+	SessionStatePin SessionStatePolicy = "pin"
+	// SessionStateError answers them, outside a transaction block, with
+	// SQLSTATE 0A000, for operators who prefer an error to a client that
+	// holds a server connection for its whole session.
+	SessionStateError SessionStatePolicy = "error"
+)
+
 // Config tunes the pooling state machine. The zero value of every field means
 // its documented default; call Validate (New does) before use.
 type Config struct {
@@ -87,6 +104,12 @@ type Config struct {
 	// again. Default: RoleChangesRefuse.
 	RoleChanges RoleChangePolicy
 
+	// SessionState says what transaction mode does with statements that
+	// create session state it cannot move (see SessionStatePolicy).
+	// Inside a transaction block they always run and pin the client.
+	// Default: SessionStatePin.
+	SessionState SessionStatePolicy
+
 	// ResetQuery runs on a server connection before it goes back to the pool
 	// after a session-mode client leaves. Default: "DISCARD ALL".
 	ResetQuery string
@@ -131,6 +154,13 @@ func (c *Config) Validate() error {
 	case RoleChangesRefuse, RoleChangesPin:
 	default:
 		return fmt.Errorf("pooler: unknown role change policy %q (want refuse or pin)", c.RoleChanges)
+	}
+	switch c.SessionState {
+	case "":
+		c.SessionState = defaults.SessionState
+	case SessionStatePin, SessionStateError:
+	default:
+		return fmt.Errorf("pooler: unknown session state policy %q (want pin or error)", c.SessionState)
 	}
 	if c.MaxClients < 0 || c.MaxMessageLen < 0 || c.StatementCacheSize < 0 || c.ClientStatementLimit < 0 || c.ClientStatementBytes < 0 {
 		return errors.New("pooler: limits must not be negative")

@@ -22,6 +22,7 @@ import (
 	"log/slog"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -85,6 +86,11 @@ func New(cfg Config, pools PoolSource, logger *slog.Logger, reg prometheus.Regis
 		params:   make(map[paramsKey]map[string]string),
 	}
 	p.epoch.Store(1) // a session's stuck mark of 0 means "not waiting"
+	if reg != nil {
+		if err := registerStates(reg, p); err != nil {
+			return nil, err
+		}
+	}
 	return p, nil
 }
 
@@ -101,8 +107,10 @@ func (p *Pooler) Serve(ctx context.Context, rwc io.ReadWriteCloser, peer Peer) e
 	defer p.unregister(s)
 	stop := context.AfterFunc(ctx, s.kill)
 	defer stop()
+	start := time.Now()
 	err := s.run(ctx)
 	s.close()
+	s.logEnd(time.Since(start), err)
 	return err
 }
 

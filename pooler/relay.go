@@ -32,13 +32,16 @@ const (
 // entry is one expected reply, in the order the server will send them.
 type entry struct {
 	kind      entryKind
-	injected  bool   // sent by the pooler: swallow the success reply
-	quiet     bool   // pooler query: swallow every reply, ReadyForQuery included
-	reset     bool   // the session-mode reset query: forget the server's statements
-	stmt      string // server statement name of a Parse, dropped from the cache on error
-	unnamed   bool   // a Parse of the unnamed statement
-	synthetic []byte // eSynthetic: bytes to write
-	rfq       bool   // eSynthetic: follow with ReadyForQuery(current status)
+	injected  bool      // sent by the pooler: swallow the success reply
+	quiet     bool      // pooler query: swallow every reply, ReadyForQuery included
+	reset     bool      // the session-mode reset query: forget the server's statements
+	probe     bool      // the pooler's session-state probe (pin.go)
+	gen       uint64    // probe: the session's pin generation when it was sent
+	stmt      string    // server statement name of a Parse, dropped from the cache on error
+	unnamed   bool      // a Parse of the unnamed statement
+	synthetic []byte    // eSynthetic: bytes to write
+	rfq       bool      // eSynthetic: follow with ReadyForQuery(current status)
+	start     time.Time // eSync, eQuery, eFunc: when the request they end began (see noteRequest)
 
 	// A client's Parse of a named statement: the name to drop again if the
 	// server rejects or skips the Parse, as PostgreSQL would not create it.
@@ -56,6 +59,9 @@ type attachment struct {
 	queue  []entry
 	head   int
 	status byte // last ReadyForQuery status
+
+	batchStart time.Time // first message of the client's request not yet closed by Sync (see noteRequest)
+	txStart    time.Time // first request of the transaction in progress
 
 	released   bool // the relay gave the connection back (or lost it)
 	skipping   bool // the server reported an error and skips messages until Sync
@@ -81,6 +87,7 @@ type attachment struct {
 // skipping messages after an error (until Sync), it produces none: the entry
 // is discarded at once. s.mu must be held.
 func (s *session) push(a *attachment, e entry) {
+	a.noteRequest(&e)
 	if a.skipping {
 		if e.kind != eSync {
 			s.discard(a, &e)
@@ -266,7 +273,16 @@ func (s *session) relayOne(a *attachment) relayResult {
 		}
 	case 'S': // ParameterStatus
 		s.noteParameter(a, body, quiet)
+	case 'D': // DataRow: only a quiet query's comes here
+		if head != nil && head.probe {
+			s.probeRowLocked(body)
+		}
+	case 'A': // NotificationResponse: the client's, whatever query runs
+		forward = true
 	case 'E':
+		if !quiet {
+			s.p.m.serverErrors.WithLabelValues(sqlstateClass(body)).Inc()
+		}
 		if forward && isFatal(body) {
 			// PostgreSQL closes the connection after a FATAL error (57P01
 			// after pg_terminate_backend, for instance): the client hears
@@ -310,9 +326,13 @@ func (s *session) relayOne(a *attachment) relayResult {
 			a.begun = false // the status is current: it says whether a block is open
 		}
 		if head = a.front(); head != nil {
+			s.noteReady(a, head, a.status)
 			forward = !head.quiet
 			if head.reset {
 				a.st.reset()
+			}
+			if head.probe {
+				s.probeDoneLocked(a, head)
 			}
 			pop = true
 		}
@@ -455,7 +475,7 @@ func (s *session) finishRelease(a *attachment) {
 	} else {
 		a.conn.Release()
 	}
-	s.p.m.transactions.Inc()
+	s.p.m.assignments.Inc()
 	if draining {
 		s.closeClient()
 	}

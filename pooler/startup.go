@@ -471,6 +471,7 @@ func (s *session) login(ctx context.Context, sp *startupParams, authenticated fu
 		&pgproto3.BackendKeyData{ProcessID: s.pid, SecretKey: s.secret[:]},
 		&pgproto3.ReadyForQuery{TxStatus: 'I'})
 	s.loggedIn = true
+	s.authed.Store(true)
 	return s.send(msgs...)
 }
 

@@ -76,6 +76,7 @@ func parseServeFlags(args []string, stdout, stderr io.Writer) (*config.Config, e
 		poolIdle    = fs.Duration("pool-idle-timeout", config.DefaultPoolIdleTimeout, "close a --backend route's pool after this long unused")
 		mode        = fs.String("mode", config.DefaultMode, "pooling `mode`: transaction or session")
 		roleChanges = fs.String("role-changes", config.DefaultRoleChanges, "transaction mode, SET ROLE/SESSION AUTHORIZATION outside a transaction block: `refuse` (0A000) or pin (keep the server connection)")
+		sessState   = fs.String("session-state", config.DefaultSessionState, "transaction mode, temporary tables, LISTEN, session advisory locks, WITH HOLD cursors, SQL PREPARE: `pin` (keep the server connection while the state lasts) or error (0A000 outside a transaction block)")
 		tlsCert     = fs.String("tls-cert", "", "PEM certificate `file` for TCP TLS and QUIC; default: QUIC uses a generated self-signed certificate and TCP has no TLS")
 		tlsKey      = fs.String("tls-key", "", "PEM private key `file` matching --tls-cert")
 		requireTLS  = fs.Bool("require-tls", false, "refuse TCP clients that do not use TLS (needs --tls-cert)")
@@ -127,6 +128,8 @@ func parseServeFlags(args []string, stdout, stderr io.Writer) (*config.Config, e
 			cfg.Mode = *mode
 		case "role-changes":
 			cfg.RoleChanges = *roleChanges
+		case "session-state":
+			cfg.SessionState = *sessState
 		case "tls-cert":
 			cfg.TLSCert = *tlsCert
 		case "tls-key":

@@ -101,6 +101,7 @@ func startServer(ctx context.Context, cfg *config.Config, logger *slog.Logger) (
 		StatementCacheSize:   cfg.StatementCacheSize,
 		ClientStatementBytes: cfg.ClientStatementBytes,
 		RoleChanges:          pooler.RoleChangePolicy(cfg.RoleChanges),
+		SessionState:         pooler.SessionStatePolicy(cfg.SessionState),
 		Auth:                 authn,
 	}, s.manager, logger.With("component", "pooler"), s.reg)
 	if err != nil {
