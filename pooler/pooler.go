@@ -53,6 +53,7 @@ type Pooler struct {
 	wg     sync.WaitGroup
 
 	starting startingLimiter // sessions not yet authenticated (startup.go)
+	cancelWG sync.WaitGroup  // cancels sent for requests of sessions cut off (cancelOnServer)
 	canon    canonTable      // the server's spelling of clients' startup values (greeting.go)
 	stale    staleGens       // statements whose result type changed (stale.go)
 
@@ -109,6 +110,7 @@ func (p *Pooler) Serve(ctx context.Context, rwc io.ReadWriteCloser, peer Peer) e
 	defer stop()
 	start := time.Now()
 	err := s.run(ctx)
+	s.stopTimers()
 	s.close()
 	s.logEnd(time.Since(start), err)
 	return err
@@ -142,6 +144,7 @@ func (p *Pooler) Shutdown(ctx context.Context) error {
 		}
 		p.mu.Unlock()
 		<-done
+		p.cancelWG.Wait() // each bounded by cancelTimeout
 		return ctx.Err()
 	}
 }
