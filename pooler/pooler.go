@@ -56,6 +56,7 @@ type Pooler struct {
 	cancelWG sync.WaitGroup  // cancels sent for requests of sessions cut off (cancelOnServer)
 	tmo      liveTimeouts    // the timeouts of cfg, replaceable (SetTimeouts)
 	canon    canonTable      // the server's spelling of clients' startup values (greeting.go)
+	stale    staleGens       // statements whose result type changed (stale.go)
 
 	paramsMu sync.Mutex
 	params   map[paramsKey]map[string]string // server parameters per server database and user, learnt from a first connection
