@@ -458,3 +458,38 @@ func TestSessionStateError(t *testing.T) {
 	waitPinned(t, reg, 0)
 	h.waitNoneInUse(t)
 }
+
+// TestListenNotifiedWhileIdle: a LISTENing client that sends nothing more
+// still gets its notifications, in session mode as in transaction mode, and
+// keeps working afterwards.
+func TestListenNotifiedWhileIdle(t *testing.T) {
+	ctx := testCtx(t, time.Minute)
+	for _, mode := range []pooler.Mode{pooler.ModeSession, pooler.ModeTransaction} {
+		t.Run(string(mode), func(t *testing.T) {
+			h, _ := pinHarness(t, pooler.Config{Mode: mode})
+			p := h.connect(ctx, t)
+			if _, err := p.Exec(ctx, "LISTEN idle_chan"); err != nil {
+				t.Fatal(err)
+			}
+			d := direct(ctx, t, sharedCluster(t))
+			for i := range 3 {
+				payload := fmt.Sprint(i)
+				if _, err := d.Exec(ctx, "SELECT pg_notify('idle_chan', $1)", payload); err != nil {
+					t.Fatal(err)
+				}
+				wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+				n, err := p.WaitForNotification(wctx)
+				cancel()
+				if err != nil {
+					t.Fatalf("notification %d: %v", i, err)
+				}
+				if n.Payload != payload {
+					t.Fatalf("notification %d: payload %q", i, n.Payload)
+				}
+			}
+			if got := preparedOne(ctx, t, p, "SELECT count(*)::text FROM pg_listening_channels()"); got != "1" {
+				t.Errorf("listening channels: %s", got)
+			}
+		})
+	}
+}
