@@ -493,3 +493,26 @@ func TestListenNotifiedWhileIdle(t *testing.T) {
 		})
 	}
 }
+
+// TestSessionStateResetQueryNotDiscard: when ResetQuery is not DISCARD ALL,
+// a client leaving while pinned by session state still gets DISCARD ALL, so
+// its temporary table and lock never reach the next borrower.
+func TestSessionStateResetQueryNotDiscard(t *testing.T) {
+	ctx := testCtx(t, time.Minute)
+	h, reg := pinHarness(t, pooler.Config{ResetQuery: "RESET ALL"})
+	tc := stateCase{
+		create:  []string{"CREATE TEMP TABLE pin_t (a int)", "SELECT pg_advisory_lock(99)"},
+		check:   "SELECT coalesce(to_regclass('pin_t')::text, 'none') || (SELECT count(*)::text FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid())",
+		absent:  "none0",
+		release: "disconnect",
+	}
+	p := h.connect(ctx, t)
+	create(ctx, t, p.PgConn(), tc)
+	pinned := simpleOne(ctx, t, p.PgConn(), "SELECT pg_backend_pid()::text")
+	if err := p.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	waitPinned(t, reg, 0)
+	h.waitNoneInUse(t)
+	checkEveryConnClean(ctx, t, h, tc, pinned)
+}
