@@ -200,11 +200,13 @@ const probeSQL = "SELECT" +
 	" EXISTS (SELECT 1 FROM pg_catalog.pg_prepared_statements WHERE from_sql)"
 
 // probeLocked returns the probe's Query frame, and queues its quiet reply,
-// when one is wanted and no transaction block is open on a's server as far
-// as the pooler knows; otherwise nil, and the probe waits for the next
-// safe point. s.mu must be held.
-func (s *session) probeLocked(a *attachment) []byte {
-	if !s.pin.probe || s.p.cfg.Mode != ModeTransaction || a.begun || a.status == 'T' || a.status == 'E' {
+// when one is wanted and no transaction block will be open on a's server
+// once the request just staged has run, as far as the pooler knows (ends:
+// that request ends the block the last ReadyForQuery reported); otherwise
+// nil, and the probe waits for the next safe point. A wrong guess costs
+// only a probe whose answer is not used. s.mu must be held.
+func (s *session) probeLocked(a *attachment, ends bool) []byte {
+	if !s.pin.probe || s.p.cfg.Mode != ModeTransaction || a.begun || ((a.status == 'T' || a.status == 'E') && !ends) {
 		return nil
 	}
 	s.pin.probe = false
@@ -212,13 +214,14 @@ func (s *session) probeLocked(a *attachment) []byte {
 	return appendQuery(nil, probeSQL)
 }
 
-// writeServerProbing stages frame for a's server followed, when one is
-// due, by the probe. s.mu must be held.
-func (s *session) writeServerProbing(a *attachment, frame []byte) error {
+// writeServerProbing stages frame, a request with the statements info,
+// for a's server followed, when one is due, by the probe. s.mu must be
+// held.
+func (s *session) writeServerProbing(a *attachment, frame []byte, info sqlInfo) error {
 	if err := s.writeServer(a, frame); err != nil {
 		return err
 	}
-	if p := s.probeLocked(a); p != nil {
+	if p := s.probeLocked(a, info.ends && !info.begins); p != nil {
 		return s.writeServer(a, p)
 	}
 	return nil
@@ -233,7 +236,7 @@ func (s *session) syncProbingLocked(a *attachment) error {
 	if err := s.cr.Skip(); err != nil {
 		return err
 	}
-	return s.writeServerProbing(a, []byte{'S', 0, 0, 0, 4})
+	return s.writeServerProbing(a, []byte{'S', 0, 0, 0, 4}, sqlInfo{})
 }
 
 // probeRowLocked reads the probe's DataRow. s.mu must be held.

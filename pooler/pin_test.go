@@ -358,6 +358,29 @@ func TestSessionStateNotReleased(t *testing.T) {
 	h.waitNoneInUse(t)
 }
 
+// TestSessionStateReleasedInBlock: state released inside a transaction
+// block unpins the client when the block commits, without waiting for
+// another request.
+func TestSessionStateReleasedInBlock(t *testing.T) {
+	ctx := testCtx(t, time.Minute)
+	h, reg := pinHarness(t, pooler.Config{})
+	p := h.connect(ctx, t)
+	create(ctx, t, p.PgConn(), stateCase{create: []string{"LISTEN a"}})
+	waitPinned(t, reg, 1)
+	tx, err := p.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.PgConn().ExecParams(ctx, "UNLISTEN *", nil, nil, nil, nil).Read().Err; err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	waitPinned(t, reg, 0)
+	h.waitNoneInUse(t)
+}
+
 // TestSessionStateLookalikesNotPinned: the statements' keywords inside
 // strings, comments, dollar quotes and quoted identifiers, transaction-scoped
 // advisory locks and cursors without HOLD pin nobody: the pool of two
