@@ -53,6 +53,7 @@ type Pooler struct {
 	wg     sync.WaitGroup
 
 	starting startingLimiter // sessions not yet authenticated (startup.go)
+	canon    canonTable      // the server's spelling of clients' startup values (greeting.go)
 
 	paramsMu sync.Mutex
 	params   map[paramsKey]map[string]string // server parameters per server database and user, learnt from a first connection

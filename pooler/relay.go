@@ -69,6 +69,7 @@ type attachment struct {
 	begun      bool // a BEGIN was sent and no ReadyForQuery has said since whether a block is open
 	identity   bool // an identity change may outlive the transaction: reset before release
 	destroy    bool // close the connection instead of returning it
+	fatalSent  bool // the server's own FATAL error was forwarded to the client: add none of ours
 	clientGone atomic.Bool
 	quiet      atomic.Int32 // quiet entries queued: the relay's fast path must not forward their rows
 	done       chan struct{}
@@ -266,6 +267,12 @@ func (s *session) relayOne(a *attachment) relayResult {
 		if !quiet {
 			s.p.m.serverErrors.WithLabelValues(sqlstateClass(body)).Inc()
 		}
+		if forward && isFatal(body) {
+			// PostgreSQL closes the connection after a FATAL error (57P01
+			// after pg_terminate_backend, for instance): the client hears
+			// why from the server and nothing more from the pooler.
+			a.fatalSent = true
+		}
 		if head != nil && head.stmt != "" {
 			s.statementError(a, head, body)
 		}
@@ -353,18 +360,34 @@ func (s *session) statementError(a *attachment, e *entry, body []byte) {
 
 // errorCode returns the SQLSTATE field of an ErrorResponse body.
 func errorCode(body []byte) string {
+	return string(errorField(body, 'C'))
+}
+
+// isFatal reports whether an ErrorResponse body says FATAL or PANIC, after
+// which PostgreSQL closes the connection. The non-localised severity (V,
+// sent since PostgreSQL 9.6) is preferred over the localised one (S).
+func isFatal(body []byte) bool {
+	sev := errorField(body, 'V')
+	if sev == nil {
+		sev = errorField(body, 'S')
+	}
+	return string(sev) == "FATAL" || string(sev) == "PANIC"
+}
+
+// errorField returns field f of an ErrorResponse or NoticeResponse body, or
+// nil when it is absent.
+func errorField(body []byte, f byte) []byte {
 	for len(body) > 1 {
-		f := body[0]
 		i := bytes.IndexByte(body[1:], 0)
 		if i < 0 {
-			return ""
+			return nil
 		}
-		if f == 'C' {
-			return string(body[1 : 1+i])
+		if body[0] == f {
+			return body[1 : 1+i]
 		}
 		body = body[2+i:]
 	}
-	return ""
+	return nil
 }
 
 // releasable reports whether a connection at rest (ReadyForQuery seen,
@@ -454,17 +477,24 @@ func (s *session) relayStopped(a *attachment, err error) bool {
 	return true
 }
 
-// serverLost handles a broken server connection: the client is told (unless
-// the server already sent it a FATAL error) and its stream closed, and the
+// serverLost handles a broken server connection: the client is told with
+// FATAL 08006 (unless the server already sent it a FATAL error of its own,
+// after which PostgreSQL sends nothing more) and its stream closed, and the
 // connection is destroyed.
 func (s *session) serverLost(a *attachment, err error) {
 	s.mu.Lock()
 	a.released = true
 	a.destroy = true
 	gone := a.clientGone.Load() || a.closing
+	told := a.fatalSent
 	s.busy.Store(false)
 	s.mu.Unlock()
-	if !gone {
+	switch {
+	case gone:
+	case told:
+		_ = s.flushClient()
+		s.log.Info("server connection closed after a FATAL error", "err", err)
+	default:
 		pe := fatal(pgproto.CodeConnectionFailure, "server connection lost", errors.Join(ErrServerLost, err))
 		s.p.m.errors.WithLabelValues(pe.Code).Inc()
 		_ = s.writeClient(pe.encode(nil))
