@@ -23,9 +23,10 @@ import (
 // Query and every Parse's text, noted when the server is about to run them,
 // and a statement that may hold state pins at once, whether or not it
 // succeeds: the pooler errs towards pinning. Unpinning, in contrast, asks
-// the server: after a statement that may drop state the client holds
-// (DISCARD ALL/TEMP, DROP, UNLISTEN, pg_advisory_unlock*, CLOSE,
-// DEALLOCATE) or that may create state the text does not show (DO, CALL),
+// the server: after a statement that may hold state (it may have failed or
+// been rolled back), one that may drop state the client holds (DISCARD
+// ALL/TEMP, DROP, UNLISTEN, pg_advisory_unlock*, CLOSE, DEALLOCATE) or one
+// that may create state the text does not show (DO, CALL),
 // the pooler pipelines one quiet probe query behind the client's next
 // synchronisation point, at a moment no transaction block is open. The
 // probe reads the server's own catalogues (pg_my_temp_schema,
@@ -126,8 +127,11 @@ func (s *session) noteState(a *attachment, in pinInfo) {
 		return
 	}
 	if in.holds != 0 {
+		// Pin at once; the probe then lifts the pin if the statement
+		// failed, was rolled back, or made a table ON COMMIT DROP.
 		s.pin.gen++
 		s.pinLocked(a, in.holds, in.kind)
+		s.pin.probe = true
 	}
 	if in.opaque {
 		s.pin.gen++

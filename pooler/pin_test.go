@@ -96,14 +96,16 @@ func pinHarness(t *testing.T, cfg pooler.Config) (*harness, *prometheus.Registry
 	return newHarness(t, harnessOpts{cluster: sharedCluster(t), poolSize: 2, cfg: cfg, reg: reg}), reg
 }
 
-// metricValue returns the value of the pooler series name (with the label
-// reason=label when label is not empty), 0 when absent.
+// metricValue returns the value of the pooler series name with the label
+// reason=label, or the sum of its series when label is empty; 0 when
+// absent.
 func metricValue(t testing.TB, reg *prometheus.Registry, name, label string) float64 {
 	t.Helper()
 	mfs, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)
 	}
+	sum := 0.0
 	for _, mf := range mfs {
 		if mf.GetName() != name {
 			continue
@@ -113,12 +115,13 @@ func metricValue(t testing.TB, reg *prometheus.Registry, name, label string) flo
 				continue
 			}
 			if m.GetCounter() != nil {
-				return m.GetCounter().GetValue()
+				sum += m.GetCounter().GetValue()
+			} else {
+				sum += m.GetGauge().GetValue()
 			}
-			return m.GetGauge().GetValue()
 		}
 	}
-	return 0
+	return sum
 }
 
 // waitPinned waits until the pinned-clients gauge reads want.
@@ -379,6 +382,30 @@ func TestSessionStateReleasedInBlock(t *testing.T) {
 	}
 	waitPinned(t, reg, 0)
 	h.waitNoneInUse(t)
+}
+
+// TestSessionStateGoneAtCommit: state that does not outlive its statement
+// or block (a failed LISTEN, a rolled-back temporary table, a temporary
+// table ON COMMIT DROP, a failed lock call) pins the client only until the
+// server says so.
+func TestSessionStateGoneAtCommit(t *testing.T) {
+	ctx := testCtx(t, time.Minute)
+	h, reg := pinHarness(t, pooler.Config{})
+	p := h.connect(ctx, t).PgConn()
+	for i, sql := range []string{
+		"BEGIN; CREATE TEMP TABLE pin_t (a int) ON COMMIT DROP; INSERT INTO pin_t VALUES (1); COMMIT",
+		"BEGIN; LISTEN pin_gone; ROLLBACK",
+		"BEGIN; CREATE TEMP TABLE pin_t (a int); ROLLBACK",
+		"LISTEN pin_gone; SELECT 1/0",
+		"SELECT pg_advisory_lock(1/0)",
+	} {
+		_, _ = p.Exec(ctx, sql).ReadAll()
+		if got := metricValue(t, reg, "pgquic_pooler_pins_total", ""); got != float64(i+1) {
+			t.Errorf("after %s: pins_total = %v, want %d", sql, got, i+1)
+		}
+		waitPinned(t, reg, 0)
+		h.waitNoneInUse(t)
+	}
 }
 
 // TestSessionStateLookalikesNotPinned: the statements' keywords inside
