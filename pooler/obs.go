@@ -156,7 +156,7 @@ func sqlstateClass(body []byte) string {
 // at its first message; the entry awaiting the batch's ReadyForQuery carries
 // the batch's start. The pooler's own quiet queries are not timed. s.mu must
 // be held.
-func (a *attachment) noteRequest(e *entry) {
+func (s *session) noteRequest(a *attachment, e *entry) {
 	if e.quiet || e.kind == eSynthetic {
 		return
 	}
@@ -166,6 +166,7 @@ func (a *attachment) noteRequest(e *entry) {
 	switch e.kind {
 	case eSync, eQuery, eFunc:
 		e.start, a.batchStart = a.batchStart, time.Time{}
+		s.armQueryLocked()
 	}
 }
 

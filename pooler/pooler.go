@@ -53,6 +53,7 @@ type Pooler struct {
 	wg     sync.WaitGroup
 
 	starting startingLimiter // sessions not yet authenticated (startup.go)
+	cancelWG sync.WaitGroup  // cancels sent for requests of sessions cut off (cancelOnServer)
 	canon    canonTable      // the server's spelling of clients' startup values (greeting.go)
 
 	paramsMu sync.Mutex
@@ -108,6 +109,7 @@ func (p *Pooler) Serve(ctx context.Context, rwc io.ReadWriteCloser, peer Peer) e
 	defer stop()
 	start := time.Now()
 	err := s.run(ctx)
+	s.stopTimers()
 	s.close()
 	s.logEnd(time.Since(start), err)
 	return err
@@ -141,6 +143,7 @@ func (p *Pooler) Shutdown(ctx context.Context) error {
 		}
 		p.mu.Unlock()
 		<-done
+		p.cancelWG.Wait() // each bounded by cancelTimeout
 		return ctx.Err()
 	}
 }

@@ -81,7 +81,7 @@ type attachment struct {
 // skipping messages after an error (until Sync), it produces none: the entry
 // is discarded at once. s.mu must be held.
 func (s *session) push(a *attachment, e entry) {
-	a.noteRequest(&e)
+	s.noteRequest(a, &e)
 	if a.skipping {
 		if e.kind != eSync {
 			s.discard(a, &e)
@@ -327,6 +327,9 @@ func (s *session) relayOne(a *attachment) relayResult {
 	}
 	if pop {
 		a.pop()
+		if typ == 'Z' {
+			s.queryAnsweredLocked(a)
+		}
 	}
 	s.emitSynthetic(a)
 	if typ == 'Z' && a.pending() == 0 {

@@ -72,6 +72,8 @@ type session struct {
 	waiting atomic.Bool  // waiting for a server connection (same)
 	txns    atomic.Int64 // transactions completed, for the session-end log line
 
+	timeouts // idle and query timers (timeouts.go)
+
 	stuck atomic.Uint32 // watcher epoch when the owner began waiting on the server; 0 when not (watch.go)
 
 	wmu sync.Mutex
@@ -166,9 +168,19 @@ func (s *session) loop(ctx context.Context) error {
 				continue
 			}
 		}
+		idle := s.cr.Buffered() == 0
+		if idle {
+			s.armIdle()
+		}
 		typ, n, err := s.cr.Next()
+		if idle {
+			s.disarmIdle()
+		}
 		s.msgLen = wire.HeaderLen + n
 		if err != nil {
+			if pe := s.fired.Load(); pe != nil {
+				return pe // an idle timeout ended the session and told the client
+			}
 			if errors.Is(err, wire.ErrBadLength) || errors.Is(err, wire.ErrMessageTooLarge) {
 				return s.fail(fatal(pgproto.CodeProtocolViolation, "invalid message length", err))
 			}

@@ -9,7 +9,9 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"os/signal"
 	"runtime"
+	"syscall"
 
 	"github.com/pgquic/pgquic/config"
 )
@@ -50,6 +52,28 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		logger.Error("start failed", "err", err)
 		return 1
 	}
+	// The first SIGINT or SIGTERM cancels ctx (see main) and starts the
+	// drain; a second one forces it. Being registered here also keeps the
+	// second signal from killing the process outright, so the requests of
+	// the sessions cut off are cancelled on the server before it exits.
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	defer signal.Stop(sigs)
+	watchDone := make(chan struct{})
+	defer close(watchDone)
+	go func() {
+		for n := 0; ; {
+			select {
+			case <-sigs:
+				if n++; n == 2 {
+					srv.Force()
+					return
+				}
+			case <-watchDone:
+				return
+			}
+		}
+	}()
 	if err := srv.Run(ctx); err != nil {
 		logger.Error("stopped with error", "err", err)
 		return 1
@@ -87,6 +111,10 @@ func parseServeFlags(args []string, stdout, stderr io.Writer) (*config.Config, e
 		logFormat   = fs.String("log-format", config.DefaultLogFormat, "log `format`: text or json")
 		maxClients  = fs.Int("max-client-conn", config.DefaultMaxClientConn, "maximum concurrent client sessions")
 		gracePeriod = fs.Duration("shutdown-grace", config.DefaultShutdownGrace, "how long shutdown waits for open transactions")
+		queryWait   = fs.Duration("query-wait-timeout", config.DefaultAcquireTimeout, "how long a client waits for a server connection from a busy pool before SQLSTATE 53300")
+		idleTx      = fs.Duration("idle-transaction-timeout", 0, "end a client idle this long inside a transaction (FATAL 25P03, rolled back); 0 disables")
+		clientIdle  = fs.Duration("client-idle-timeout", 0, "end a client idle this long outside a transaction (FATAL 57P05); 0 disables")
+		queryTO     = fs.Duration("query-timeout", 0, "cancel a request the server has not answered within this long (57014, the session goes on); 0 disables")
 		procs       = fs.Int("procs", 0, "OS threads running Go code (GOMAXPROCS); 0 means half the CPUs, at least 1")
 	)
 	fs.Usage = func() {
@@ -151,6 +179,14 @@ func parseServeFlags(args []string, stdout, stderr io.Writer) (*config.Config, e
 			cfg.MaxClientConn = *maxClients
 		case "shutdown-grace":
 			cfg.ShutdownGrace = *gracePeriod
+		case "query-wait-timeout":
+			cfg.AcquireTimeout = *queryWait
+		case "idle-transaction-timeout":
+			cfg.IdleTransactionTimeout = *idleTx
+		case "client-idle-timeout":
+			cfg.ClientIdleTimeout = *clientIdle
+		case "query-timeout":
+			cfg.QueryTimeout = *queryTO
 		case "procs":
 			cfg.Procs = *procs
 		}
