@@ -557,7 +557,7 @@ func (s *session) handleQuery(ctx context.Context) error {
 	a.st.unnamedOK = false // a simple Query destroys the unnamed statement
 	// A DEALLOCATE or DISCARD that reaches the server, in this protocol or
 	// the extended one, is seen by its command tag (see serverDropped).
-	return s.writeServerProbing(a, s.frame('Q', body))
+	return s.writeServerProbing(a, s.frame('Q', body), info)
 }
 
 // addClientStmt records a client's named statement. s.mu must be held.
