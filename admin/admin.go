@@ -36,7 +36,8 @@ type Setting struct {
 	Key string
 	// Value and Default are the value in force and the built-in default.
 	Value, Default string
-	// Changeable says whether RELOAD could change it (never, for now).
+	// Changeable says whether RELOAD applies a change to it while sessions
+	// run (otherwise it waits for a restart).
 	Changeable bool
 }
 
@@ -63,9 +64,9 @@ type Config struct {
 	// Shutdown starts the same drain as SIGTERM; SHUTDOWN calls it. Nil
 	// makes SHUTDOWN an error.
 	Shutdown func()
-	// Reload re-reads the configuration; RELOAD calls it. Nil, as long as
-	// pgquic cannot re-read its configuration, makes RELOAD an error that
-	// says so.
+	// Reload re-reads and applies the configuration (cmd/pgquic: what
+	// SIGHUP does); RELOAD calls it and reports its error with SQLSTATE
+	// F0000. Nil makes RELOAD an error saying it is not supported.
 	Reload func() error
 }
 

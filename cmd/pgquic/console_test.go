@@ -2,9 +2,12 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -180,5 +183,100 @@ func TestServeAdminConsole(t *testing.T) {
 	}
 	if !strings.Contains(logs.String(), "SHUTDOWN from the admin console") {
 		t.Errorf("logs lack the SHUTDOWN line:\n%s", logs.String())
+	}
+}
+
+// TestConsoleReload: RELOAD re-reads the --config file as SIGHUP does. A
+// changed pool size shows in SHOW DATABASES; an invalid file is refused
+// with F0000 and the configuration in force is kept.
+func TestConsoleReload(t *testing.T) {
+	cluster := pgtest.New(t, pgtest.Options{})
+	file := filepath.Join(t.TempDir(), "pgquic.yml")
+	write := func(yml string) {
+		if err := os.WriteFile(file, []byte(yml), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	base := fmt.Sprintf("tcp_listen: 127.0.0.1:0\nquic_listen: \"\"\nmetrics_listen: \"\"\nbackend: %q\nadmin_users: admin\nmin_pool: 0\n", cluster.SuperURL("postgres"))
+	write(base + "pool_size: 2\n")
+	args := []string{"--config", file}
+	cfg, err := parseServeFlags(args, io.Discard, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, _, _ := startTestServer(t, cfg)
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	addr := srv.tcp.Addr().String()
+	con, err := pgconn.Connect(ctx, "postgres://admin@"+addr+"/pgbouncer?sslmode=disable")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer con.Close(context.Background())
+
+	// Without a command line to re-read, RELOAD says so.
+	if _, err := con.Exec(ctx, "RELOAD").ReadAll(); err == nil || !strings.Contains(err.Error(), "not reloaded") && !strings.Contains(err.Error(), "command line") {
+		t.Errorf("RELOAD without a command line: %v", err)
+	}
+	srv.serveArgs.Store(&args)
+
+	app, err := pgconn.Connect(ctx, fmt.Sprintf("postgres://%s:%s@%s/postgres?sslmode=disable", cluster.SuperUser, cluster.SuperPassword, addr))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer app.Close(context.Background())
+	poolSize := func() string {
+		res, err := con.Exec(ctx, "SHOW DATABASES").ReadAll()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var names []string
+		for _, f := range res[0].FieldDescriptions {
+			names = append(names, f.Name)
+		}
+		for _, r := range res[0].Rows {
+			if string(r[0]) == "postgres" {
+				return string(r[slices.Index(names, "pool_size")])
+			}
+		}
+		return ""
+	}
+	if _, err := app.Exec(ctx, "SELECT 1").ReadAll(); err != nil {
+		t.Fatal(err)
+	}
+	if got := poolSize(); got != "2" {
+		t.Fatalf("pool_size before RELOAD = %q", got)
+	}
+	// SHOW CONFIG says which keys RELOAD applies.
+	res, err := con.Exec(ctx, "SHOW CONFIG").ReadAll()
+	if err != nil {
+		t.Fatal(err)
+	}
+	changeable := map[string]string{}
+	for _, r := range res[0].Rows {
+		changeable[string(r[0])] = string(r[3])
+	}
+	if changeable["pool_size"] != "yes" || changeable["auth.method"] != "yes" || changeable["mode"] != "no" || changeable["admin_users"] != "no" {
+		t.Errorf("SHOW CONFIG changeable: pool_size %q auth.method %q mode %q admin_users %q",
+			changeable["pool_size"], changeable["auth.method"], changeable["mode"], changeable["admin_users"])
+	}
+	write(base + "pool_size: 5\n")
+	if _, err := con.Exec(ctx, "RELOAD").ReadAll(); err != nil {
+		t.Fatalf("RELOAD: %v", err)
+	}
+	if _, err := app.Exec(ctx, "SELECT 1").ReadAll(); err != nil {
+		t.Fatalf("query after RELOAD: %v", err)
+	}
+	if got := poolSize(); got != "5" {
+		t.Errorf("pool_size after RELOAD = %q, want 5", got)
+	}
+	write(base + "pool_size: -1\n")
+	_, err = con.Exec(ctx, "RELOAD").ReadAll()
+	var pe *pgconn.PgError
+	if !errors.As(err, &pe) || pe.Code != "F0000" {
+		t.Errorf("RELOAD of an invalid file: %v, want F0000", err)
+	}
+	if got := poolSize(); got != "5" {
+		t.Errorf("pool_size after a refused RELOAD = %q, want 5 kept", got)
 	}
 }
