@@ -86,6 +86,15 @@ type ServerConfig struct {
 	// long, well under IdleTimeout and typical UDP NAT timeouts. Default 15s;
 	// negative disables keep-alives.
 	KeepAlivePeriod time.Duration
+	// StatelessResetKey keys the stateless resets the server sends for
+	// packets of connections it does not know (RFC 9000, section 10.3).
+	// Replicas behind one address must share it: a client whose replica
+	// went away then learns so from the first packet another replica (or
+	// the restarted one) receives, instead of waiting for IdleTimeout.
+	// Default nil: derived from the certificate's private key, so replicas
+	// sharing a certificate share it too; with a generated certificate each
+	// start has its own key and resets are useless across restarts.
+	StatelessResetKey *quic.StatelessResetKey
 	// Allow0RTT accepts 0-RTT connections. Default false. Even when on, a
 	// stream's session starts only after the handshake completed, so nothing
 	// past the startup packet is processed on replayable data.
@@ -253,6 +262,10 @@ func NewServer(cfg ServerConfig, h front.Handler, logger *slog.Logger, reg prome
 		s.srk = statelessResetKey(&tc.Certificates[0])
 	} else if tc.GetCertificate == nil && tc.GetConfigForClient == nil {
 		return nil, errors.New("quicfront: TLSConfig has no certificate")
+	}
+	if cfg.StatelessResetKey != nil {
+		k := *cfg.StatelessResetKey
+		s.srk = &k
 	}
 	s.tlsConf = tc
 	s.quicCfg = &quic.Config{
