@@ -42,6 +42,11 @@ func TestGoodFiles(t *testing.T) {
 			c.PoolSize, c.MinPool = 1, 1
 			return c
 		}(),
+		"legacy-acquire.good.yml": func() *Config {
+			c := Default()
+			c.AcquireTimeout = 45 * time.Second // acquire_timeout, the old name of query_wait_timeout
+			return c
+		}(),
 		"full.good.yml": {
 			TCPListen:                 "0.0.0.0:7432",
 			QUICListen:                "[::1]:7433",
@@ -49,6 +54,7 @@ func TestGoodFiles(t *testing.T) {
 			Backend:                   "postgres://app:secret@127.0.0.1:5432/postgres?sslmode=disable",
 			Mode:                      "session",
 			RoleChanges:               "pin",
+			SessionState:              "error",
 			ClientStatementBytes:      1 << 20,
 			PoolSize:                  50,
 			MinPool:                   5,
@@ -68,6 +74,9 @@ func TestGoodFiles(t *testing.T) {
 			Auth:                      Auth{Method: "scram-sha-256", File: "/etc/pgquic/userlist.txt", TrustLoopbackOnly: true},
 			StartupTimeout:            5 * time.Second,
 			AcquireTimeout:            time.Minute,
+			IdleTransactionTimeout:    30 * time.Second,
+			ClientIdleTimeout:         10 * time.Minute,
+			QueryTimeout:              2 * time.Minute,
 			ServerLifetime:            2 * time.Hour,
 			ServerIdleTimeout:         90 * time.Second,
 			ServerConnectTimeout:      2 * time.Second,
@@ -118,6 +127,7 @@ func TestBadFiles(t *testing.T) {
 		"wrong-type.bad.yml":          {"cannot unmarshal !!str `twenty` into int"},
 		"bad-mode.bad.yml":            {`mode: "statement" is not transaction or session`},
 		"role-changes.bad.yml":        {`role_changes: "allow" is not refuse or pin`},
+		"session-state.bad.yml":       {`session_state: "refuse" is not pin or error`},
 		"bad-pool.bad.yml":            {"min_pool: 5 exceeds pool_size 4: lower min_pool (--min-pool) or raise pool_size (--pool-size)"},
 		"max-pools.bad.yml":           {"max_pools: -1 must be at least 1", "pool_idle_timeout: -1s must not be negative"},
 		"trust-exposed.bad.yml": {
@@ -133,6 +143,7 @@ func TestBadFiles(t *testing.T) {
 		"bad-listen.bad.yml":          {`tcp_listen: invalid address "6432"`},
 		"bad-backend.bad.yml":         {"backend: must be a postgres:// or postgresql:// URL"},
 		"two-docs.bad.yml":            {"more than one YAML document"},
+		"both-wait-names.bad.yml":     {"acquire_timeout is the old name of query_wait_timeout: give only query_wait_timeout"},
 		"databases.bad.yml": {
 			"databases[0].name: required",
 			`databases[1].name: "*" is not allowed`,

@@ -90,7 +90,7 @@ func (s *session) desiredKey() string {
 		} else {
 			s.reapply = append(s.reapply, ", "...)
 		}
-		s.reapply = append(s.reapply, "pg_catalog.set_config("+quoteLiteral(k)+", "+quoteLiteral(s.desired[k])+", false)"...)
+		s.reapply = append(s.reapply, "pg_catalog.set_config("+quoteLiteral(k)+", "+quoteValue(s.desired[k])+", false)"...)
 	}
 	if len(s.reapply) > 0 {
 		s.reapply = appendQuery(nil, string(s.reapply))
@@ -133,6 +133,7 @@ func (s *session) syncParams(ctx context.Context, conn *backend.Conn) error {
 		return nil
 	}
 	if key := s.desiredKey(); st.syncedKey == key && !st.dirtyAll {
+		s.adoptReported(conn)
 		return nil
 	}
 	// set_config takes the value exactly as a startup packet would, which a
@@ -155,7 +156,7 @@ func (s *session) syncParams(ctx context.Context, conn *backend.Conn) error {
 		} else {
 			sets.WriteString(", ")
 		}
-		fmt.Fprintf(&sets, "pg_catalog.set_config(%s, %s, false)", quoteLiteral(k), quoteLiteral(v))
+		fmt.Fprintf(&sets, "pg_catalog.set_config(%s, %s, false)", quoteLiteral(k), quoteValue(v))
 	}
 	var resetUnreported []string
 	for k := range st.set {
@@ -194,6 +195,7 @@ func (s *session) syncParams(ctx context.Context, conn *backend.Conn) error {
 		// implicit transaction and was rolled back: nothing changed.
 		return err
 	}
+	s.adoptReported(conn)
 	for k, v := range setUnreported {
 		st.set[k] = v
 	}
@@ -204,6 +206,20 @@ func (s *session) syncParams(ctx context.Context, conn *backend.Conn) error {
 	st.syncedKey = s.desiredKey()
 	st.lastUser = s.id
 	return nil
+}
+
+// adoptReported makes the client's reported parameters the server's
+// spelling of them once conn has applied them (UTF8 for utf-8, "ISO, MDY"
+// for iso), as PostgreSQL reports them. A value the server already had
+// produced no ParameterStatus, so they are read back from what conn last
+// reported.
+func (s *session) adoptReported(conn *backend.Conn) {
+	for k, want := range s.desired {
+		if v, ok := conn.Params[k]; ok && trackedReported[k] && want != v {
+			s.desired[k] = v
+			s.paramKey = ""
+		}
+	}
 }
 
 // paramUnknown stands, in serverState.set, for a value a client gave a

@@ -22,6 +22,7 @@ import (
 	"log/slog"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -52,6 +53,8 @@ type Pooler struct {
 	wg     sync.WaitGroup
 
 	starting startingLimiter // sessions not yet authenticated (startup.go)
+	cancelWG sync.WaitGroup  // cancels sent for requests of sessions cut off (cancelOnServer)
+	canon    canonTable      // the server's spelling of clients' startup values (greeting.go)
 
 	paramsMu sync.Mutex
 	params   map[paramsKey]map[string]string // server parameters per server database and user, learnt from a first connection
@@ -83,6 +86,11 @@ func New(cfg Config, pools PoolSource, logger *slog.Logger, reg prometheus.Regis
 		params:   make(map[paramsKey]map[string]string),
 	}
 	p.epoch.Store(1) // a session's stuck mark of 0 means "not waiting"
+	if reg != nil {
+		if err := registerStates(reg, p); err != nil {
+			return nil, err
+		}
+	}
 	return p, nil
 }
 
@@ -99,8 +107,11 @@ func (p *Pooler) Serve(ctx context.Context, rwc io.ReadWriteCloser, peer Peer) e
 	defer p.unregister(s)
 	stop := context.AfterFunc(ctx, s.kill)
 	defer stop()
+	start := time.Now()
 	err := s.run(ctx)
+	s.stopTimers()
 	s.close()
+	s.logEnd(time.Since(start), err)
 	return err
 }
 
@@ -132,6 +143,7 @@ func (p *Pooler) Shutdown(ctx context.Context) error {
 		}
 		p.mu.Unlock()
 		<-done
+		p.cancelWG.Wait() // each bounded by cancelTimeout
 		return ctx.Err()
 	}
 }

@@ -68,6 +68,12 @@ type session struct {
 	cwFn func() *bufio.Writer // s.clientWriter, bound once so forwarding a row allocates nothing
 	busy atomic.Bool          // a server connection is attached: keep cw
 
+	authed  atomic.Bool  // logged in (for the clients_by_state gauge)
+	waiting atomic.Bool  // waiting for a server connection (same)
+	txns    atomic.Int64 // transactions completed, for the session-end log line
+
+	timeouts // idle and query timers (timeouts.go)
+
 	stuck atomic.Uint32 // watcher epoch when the owner began waiting on the server; 0 when not (watch.go)
 
 	wmu sync.Mutex
@@ -78,7 +84,8 @@ type session struct {
 	stmtBytes  int                     // their size, for ClientStatementBytes
 	att        *attachment
 	draining   bool
-	pinned     bool // transaction mode: an identity change keeps the server connection until the session ends
+	pinned     bool     // transaction mode: the client keeps its server connection (pin.held != 0)
+	pin        pinState // why (pin.go)
 	killed     bool
 	closing    bool // rwc closed by us
 
@@ -94,12 +101,12 @@ func newSession(p *Pooler, rwc io.ReadWriteCloser, peer Peer) *session {
 		p:    p,
 		id:   p.nextID.Add(1),
 		peer: peer,
-		rwc:  rwc,
 		// Until the client has authenticated it may send nothing larger
 		// than an authentication message; login raises the limit to
 		// MaxMessageLen.
-		cr: wire.NewReader(rwc, clientReadBuf, min(maxPasswordPacketLen-4, p.cfg.MaxMessageLen)),
 	}
+	s.rwc = s.countBytes(rwc)
+	s.cr = wire.NewReader(s.rwc, clientReadBuf, min(maxPasswordPacketLen-4, p.cfg.MaxMessageLen))
 	s.cwFn = s.clientWriter
 	s.log = p.log.With("transport", peer.Transport)
 	if peer.Addr != nil {
@@ -113,6 +120,7 @@ func newSession(p *Pooler, rwc io.ReadWriteCloser, peer Peer) *session {
 // rwc changes only under s.mu; if the session was closed meanwhile, the new
 // stream is closed too.
 func (s *session) setStream(rwc io.ReadWriteCloser) {
+	rwc = s.countBytes(rwc)
 	s.mu.Lock()
 	s.cwMu.Lock()
 	s.rwc = rwc
@@ -160,9 +168,19 @@ func (s *session) loop(ctx context.Context) error {
 				continue
 			}
 		}
+		idle := s.cr.Buffered() == 0
+		if idle {
+			s.armIdle()
+		}
 		typ, n, err := s.cr.Next()
+		if idle {
+			s.disarmIdle()
+		}
 		s.msgLen = wire.HeaderLen + n
 		if err != nil {
+			if pe := s.fired.Load(); pe != nil {
+				return pe // an idle timeout ended the session and told the client
+			}
 			if errors.Is(err, wire.ErrBadLength) || errors.Is(err, wire.ErrMessageTooLarge) {
 				return s.fail(fatal(pgproto.CodeProtocolViolation, "invalid message length", err))
 			}
@@ -209,6 +227,7 @@ func (s *session) loop(ctx context.Context) error {
 func (s *session) serveReplies() bool {
 	s.mu.Lock()
 	a := s.att
+	s.relayNotificationsLocked(a)
 	if a == nil || a.released || a.relaying || a.pending() == 0 {
 		s.mu.Unlock()
 		return false
@@ -293,7 +312,7 @@ func (s *session) handleSync(ctx context.Context) error {
 		return s.writeClientLocal(readyForQuery('I'))
 	}
 	s.push(a, entry{kind: eSync})
-	err := s.writeServer(a, nil)
+	err := s.syncProbingLocked(a)
 	s.mu.Unlock()
 	return err
 }

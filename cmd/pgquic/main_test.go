@@ -33,8 +33,18 @@ import (
 func TestMain(m *testing.M) {
 	// The ramp tests run the WAN emulator as a child: this test binary.
 	wan.MainIfChild()
+	// The signal tests run the whole program as a child: this test binary
+	// with the environment variable below, entering main as pgquic does.
+	if os.Getenv(runMainEnv) == "1" {
+		os.Args = append([]string{"pgquic"}, os.Args[1:]...)
+		main()
+		return
+	}
 	goleak.VerifyTestMain(m)
 }
+
+// runMainEnv makes the test binary run pgquic's main instead of the tests.
+const runMainEnv = "PGQUIC_TEST_RUN_MAIN"
 
 // testTimeout is generous: the machine is small and noisy.
 const testTimeout = 2 * time.Minute

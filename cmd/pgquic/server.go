@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -48,13 +49,29 @@ type server struct {
 	quic    *quicfront.Server // nil when disabled
 	metrics *metricsServer    // nil when disabled
 	health  *health
+
+	force     chan struct{} // closed by Force
+	forceOnce sync.Once
+}
+
+// errForced is Run's result when Force cut the drain short.
+var errForced = errors.New("shutdown forced before open transactions finished")
+
+// Force cuts a shutdown short: sessions still open are ended at once, the
+// requests they were running cancelled on the server, and their server
+// connections closed. runServe calls it on a second SIGINT or SIGTERM.
+func (s *server) Force() {
+	s.forceOnce.Do(func() {
+		s.logger.Warn("second signal: forcing shutdown, open transactions are cut off")
+		close(s.force)
+	})
 }
 
 // startServer builds every component from cfg (which must be valid, with
 // defaults applied), opens all listeners and logs the one "ready" line. On
 // error everything built so far is torn down. ctx bounds the start only.
 func startServer(ctx context.Context, cfg *config.Config, logger *slog.Logger) (_ *server, err error) {
-	s := &server{cfg: cfg, logger: logger, reg: prometheus.NewRegistry()}
+	s := &server{cfg: cfg, logger: logger, reg: prometheus.NewRegistry(), force: make(chan struct{})}
 	defer func() {
 		if err != nil {
 			s.closeBackends()
@@ -93,17 +110,21 @@ func startServer(ctx context.Context, cfg *config.Config, logger *slog.Logger) (
 		return nil, fmt.Errorf("backend: %w", err)
 	}
 	s.pooler, err = pooler.New(pooler.Config{
-		Mode:                 pooler.Mode(cfg.Mode),
-		MaxClients:           cfg.MaxClientConn,
-		MaxStartingClients:   cfg.MaxStartingClients,
-		MaxStartingPerSource: cfg.MaxStartingPerSource,
-		MaxMessageLen:        cfg.MaxMessageBytes,
-		StartupTimeout:       cfg.StartupTimeout,
-		AcquireTimeout:       cfg.AcquireTimeout,
-		StatementCacheSize:   cfg.StatementCacheSize,
-		ClientStatementBytes: cfg.ClientStatementBytes,
-		RoleChanges:          pooler.RoleChangePolicy(cfg.RoleChanges),
-		Auth:                 authn,
+		Mode:                   pooler.Mode(cfg.Mode),
+		MaxClients:             cfg.MaxClientConn,
+		MaxStartingClients:     cfg.MaxStartingClients,
+		MaxStartingPerSource:   cfg.MaxStartingPerSource,
+		MaxMessageLen:          cfg.MaxMessageBytes,
+		StartupTimeout:         cfg.StartupTimeout,
+		AcquireTimeout:         cfg.AcquireTimeout,
+		IdleTransactionTimeout: cfg.IdleTransactionTimeout,
+		ClientIdleTimeout:      cfg.ClientIdleTimeout,
+		QueryTimeout:           cfg.QueryTimeout,
+		StatementCacheSize:     cfg.StatementCacheSize,
+		ClientStatementBytes:   cfg.ClientStatementBytes,
+		RoleChanges:            pooler.RoleChangePolicy(cfg.RoleChanges),
+		SessionState:           pooler.SessionStatePolicy(cfg.SessionState),
+		Auth:                   authn,
 	}, s.manager, logger.With("component", "pooler"), s.reg)
 	if err != nil {
 		return nil, fmt.Errorf("pooler: %w", err)
@@ -346,6 +367,13 @@ func (s *server) Run(ctx context.Context) error {
 	s.shutdown()
 	cancelServe()
 	_ = g.Wait() // failures after stopping began are expected and not reported
+	if failure == nil {
+		select {
+		case <-s.force:
+			failure = errForced
+		default:
+		}
+	}
 	return failure
 }
 
@@ -356,6 +384,16 @@ func (s *server) shutdown() {
 	defer cancelPool()
 	frontCtx, cancelFront := context.WithTimeout(context.Background(), s.cfg.ShutdownGrace+frontGraceExtra)
 	defer cancelFront()
+	drained := make(chan struct{})
+	defer close(drained)
+	go func() {
+		select {
+		case <-s.force:
+			cancelPool()
+			cancelFront()
+		case <-drained:
+		}
+	}()
 
 	var g errgroup.Group
 	if s.tcp != nil {
