@@ -22,9 +22,12 @@ const (
 	// never gets the pooler restarted.
 	healthzPath = "/healthz"
 	// readyzPath answers 200 when the listeners are up, shutdown has not
-	// begun and every backend address accepts a TCP connection; 503 with
-	// the reason otherwise. A draining replica so leaves the load balancer
-	// while it finishes its open transactions.
+	// begun and a backend address accepts a TCP connection (one is enough:
+	// with several databases, one of them down must not take every replica
+	// out of the load balancer and with it the clients of the others); 503
+	// with the reason otherwise. A draining replica so leaves the load
+	// balancer while it finishes its open transactions, and one cut off
+	// from every database stops receiving clients.
 	readyzPath = "/readyz"
 )
 
@@ -90,8 +93,9 @@ func (h *health) ready(ctx context.Context) error {
 	return h.backendsReachable(ctx)
 }
 
-// backendsReachable connects to every backend address (TCP only, no
-// authentication), reusing a result younger than backendProbeTTL.
+// backendsReachable connects to the backend addresses in turn (TCP only,
+// no authentication) until one accepts, reusing a result younger than
+// backendProbeTTL. It returns the last failure when none accepts.
 func (h *health) backendsReachable(ctx context.Context) error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -103,11 +107,12 @@ func (h *health) backendsReachable(ctx context.Context) error {
 		dctx, cancel := context.WithTimeout(ctx, backendProbeTimeout)
 		c, derr := h.dial(dctx, a[0], a[1])
 		cancel()
-		if derr != nil {
-			err = fmt.Errorf("backend %s unreachable: %w", a[1], derr)
+		if derr == nil {
+			_ = c.Close()
+			err = nil
 			break
 		}
-		_ = c.Close()
+		err = fmt.Errorf("backend %s unreachable: %w", a[1], derr)
 	}
 	h.checked, h.lastErr = time.Now(), err
 	return err

@@ -86,7 +86,8 @@ func TestServeHealthEndpoints(t *testing.T) {
 }
 
 // TestReadyzBackendUnreachable: a backend address that refuses
-// connections makes /readyz 503 with the address in the reason.
+// connections makes /readyz 503 with the address in the reason; with a
+// second backend that accepts, the replica is ready.
 func TestReadyzBackendUnreachable(t *testing.T) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -114,6 +115,20 @@ func TestReadyzBackendUnreachable(t *testing.T) {
 	}
 	if code, _ := get(t, "http://"+hl.Addr().String()+healthzPath); code != http.StatusOK {
 		t.Fatalf("healthz with the backend down: %d, want 200", code)
+	}
+	// One reachable backend among several is enough.
+	up, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer up.Close()
+	h2, err := newHealth([]string{"postgres://u@" + addr + "/db", "postgres://u@" + up.Addr().String() + "/other"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h2.serving.Store(true)
+	if err := h2.ready(context.Background()); err != nil {
+		t.Errorf("one backend of two reachable: %v", err)
 	}
 	if _, err := newHealth([]string{"postgres://u@[::1/x"}); err == nil {
 		t.Fatal("a malformed backend URL was accepted")
