@@ -54,7 +54,9 @@ type Pooler struct {
 
 	starting startingLimiter // sessions not yet authenticated (startup.go)
 	cancelWG sync.WaitGroup  // cancels sent for requests of sessions cut off (cancelOnServer)
+	tmo      liveTimeouts    // the timeouts of cfg, replaceable (SetTimeouts)
 	canon    canonTable      // the server's spelling of clients' startup values (greeting.go)
+	stale    staleGens       // statements whose result type changed (stale.go)
 
 	paramsMu sync.Mutex
 	params   map[paramsKey]map[string]string // server parameters per server database and user, learnt from a first connection
@@ -86,6 +88,8 @@ func New(cfg Config, pools PoolSource, logger *slog.Logger, reg prometheus.Regis
 		params:   make(map[paramsKey]map[string]string),
 	}
 	p.epoch.Store(1) // a session's stuck mark of 0 means "not waiting"
+	_ = p.SetTimeouts(Timeouts{Acquire: cfg.AcquireTimeout, IdleTransaction: cfg.IdleTransactionTimeout,
+		ClientIdle: cfg.ClientIdleTimeout, Query: cfg.QueryTimeout}) // validated above
 	if reg != nil {
 		if err := registerStates(reg, p); err != nil {
 			return nil, err

@@ -619,7 +619,7 @@ func TestServeWildcardPoolBounds(t *testing.T) {
 			t.Fatalf("unknown database: %v, want SQLSTATE 3D000\n%s", err, logs.String())
 		}
 	}
-	waitFor(t, func() bool { return len(srv.manager.Pools()) == 0 })
+	waitFor(t, func() bool { return len(srv.live.manager.Load().Pools()) == 0 })
 
 	conn, err := pgconn.Connect(ctx, url("postgres"))
 	if err != nil {
@@ -631,7 +631,7 @@ func TestServeWildcardPoolBounds(t *testing.T) {
 	if !errors.As(err, &pe) || pe.Code != "53300" || !strings.Contains(pe.Message, "too many pools") {
 		t.Fatalf("pool beyond max_pools: %v, want SQLSTATE 53300 too many pools", err)
 	}
-	if n := len(srv.manager.Pools()); n != 1 {
+	if n := len(srv.live.manager.Load().Pools()); n != 1 {
 		t.Errorf("%d pools, want 1", n)
 	}
 }

@@ -43,15 +43,19 @@ type server struct {
 	reg    *prometheus.Registry
 
 	cluster *pgcluster.Cluster // throwaway PostgreSQL, nil when a backend is configured
-	manager *backend.Manager
 	pooler  *pooler.Pooler
 	tcp     *tcpfront.Server  // nil when disabled
 	quic    *quicfront.Server // nil when disabled
 	metrics *metricsServer    // nil when disabled
 	health  *health
 
+	bmetrics *backend.Metrics // shared by every Manager the server has had
+	retiring sync.WaitGroup   // Managers a reload replaced, still closing
+
 	force     chan struct{} // closed by Force
 	forceOnce sync.Once
+
+	live reloadable // what a configuration reload replaces (reload.go)
 }
 
 // errForced is Run's result when Force cut the drain short.
@@ -94,21 +98,18 @@ func startServer(ctx context.Context, cfg *config.Config, logger *slog.Logger) (
 	if err != nil {
 		return nil, err
 	}
-
-	s.manager, err = backend.NewManager(ctx, backend.ManagerConfig{
-		Routes: routes,
-		Defaults: backend.PoolConfig{
-			PoolSize:          cfg.PoolSize,
-			ConnectTimeout:    cfg.ServerConnectTimeout,
-			ServerLifetime:    cfg.ServerLifetime,
-			ServerIdleTimeout: cfg.ServerIdleTimeout,
-		},
-		MaxPools:        cfg.MaxPools,
-		PoolIdleTimeout: cfg.PoolIdleTimeout,
-	}, logger.With("component", "backend"), s.reg)
-	if err != nil {
-		return nil, fmt.Errorf("backend: %w", err)
+	s.live.cfg.Store(cfg)
+	s.live.authn.Store(authn)
+	if tlsConf != nil {
+		s.live.cert.Store(&tlsConf.Certificates[0])
 	}
+
+	s.bmetrics = backend.NewMetrics(s.reg)
+	mgr, err := s.newManager(ctx, cfg, routes)
+	if err != nil {
+		return nil, err
+	}
+	s.live.manager.Store(mgr)
 	s.pooler, err = pooler.New(pooler.Config{
 		Mode:                   pooler.Mode(cfg.Mode),
 		MaxClients:             cfg.MaxClientConn,
@@ -124,16 +125,21 @@ func startServer(ctx context.Context, cfg *config.Config, logger *slog.Logger) (
 		ClientStatementBytes:   cfg.ClientStatementBytes,
 		RoleChanges:            pooler.RoleChangePolicy(cfg.RoleChanges),
 		SessionState:           pooler.SessionStatePolicy(cfg.SessionState),
-		Auth:                   authn,
-	}, s.manager, logger.With("component", "pooler"), s.reg)
+		Auth:                   &s.live,
+	}, &s.live, logger.With("component", "pooler"), s.reg)
 	if err != nil {
 		return nil, fmt.Errorf("pooler: %w", err)
 	}
 
 	if cfg.TCPListen != "" {
+		var ttls *tls.Config
+		if tlsConf != nil {
+			// The TCP front takes the certificate a reload last loaded.
+			ttls = &tls.Config{GetCertificate: s.live.certificate, MinVersion: tlsConf.MinVersion}
+		}
 		s.tcp, err = tcpfront.New(tcpfront.Config{
 			Addr:       cfg.TCPListen,
-			TLSConfig:  tlsConf,
+			TLSConfig:  ttls,
 			RequireTLS: cfg.RequireTLS,
 			MaxConns:   cfg.MaxClientConn,
 		}, s.pooler, logger.With("component", "tcp"), s.reg)
@@ -210,6 +216,23 @@ func startServer(ctx context.Context, cfg *config.Config, logger *slog.Logger) (
 // routes, starting a throwaway PostgreSQL when neither is configured.
 func (s *server) routes(ctx context.Context) ([]backend.Route, error) {
 	cfg := s.cfg
+	if cfg.Backend == "" && len(cfg.Databases) == 0 {
+		startCtx, cancel := context.WithTimeout(ctx, embeddedStartTimeout)
+		defer cancel()
+		s.logger.Info("no backend configured; starting a throwaway PostgreSQL")
+		c, err := pgcluster.Start(startCtx, pgcluster.Options{Logger: s.logger.With("component", "pgcluster")})
+		if err != nil {
+			return nil, fmt.Errorf("start throwaway PostgreSQL (pass --backend to use your own): %w", err)
+		}
+		s.cluster = c
+		s.logger.Info("throwaway PostgreSQL running; it is deleted at exit", "url", c.SuperURL("postgres"), "data_dir", c.DataDir)
+	}
+	return s.routesFor(cfg), nil
+}
+
+// routesFor turns cfg's databases and wildcard backend into backend routes;
+// with neither, the wildcard route goes to the throwaway PostgreSQL.
+func (s *server) routesFor(cfg *config.Config) []backend.Route {
 	var routes []backend.Route
 	for _, d := range cfg.Databases {
 		routes = append(routes, backend.Route{
@@ -223,17 +246,8 @@ func (s *server) routes(ctx context.Context) ([]backend.Route, error) {
 		})
 	}
 	wildcard := cfg.Backend
-	if wildcard == "" && len(cfg.Databases) == 0 {
-		startCtx, cancel := context.WithTimeout(ctx, embeddedStartTimeout)
-		defer cancel()
-		s.logger.Info("no backend configured; starting a throwaway PostgreSQL")
-		c, err := pgcluster.Start(startCtx, pgcluster.Options{Logger: s.logger.With("component", "pgcluster")})
-		if err != nil {
-			return nil, fmt.Errorf("start throwaway PostgreSQL (pass --backend to use your own): %w", err)
-		}
-		s.cluster = c
-		wildcard = c.SuperURL("postgres")
-		s.logger.Info("throwaway PostgreSQL running; it is deleted at exit", "url", wildcard, "data_dir", c.DataDir)
+	if wildcard == "" && len(cfg.Databases) == 0 && s.cluster != nil {
+		wildcard = s.cluster.SuperURL("postgres")
 	}
 	if wildcard != "" {
 		routes = append(routes, backend.Route{
@@ -245,7 +259,28 @@ func (s *server) routes(ctx context.Context) ([]backend.Route, error) {
 			},
 		})
 	}
-	return routes, nil
+	return routes
+}
+
+// newManager opens the server pools of cfg's routes, with the server's
+// shared backend metrics.
+func (s *server) newManager(ctx context.Context, cfg *config.Config, routes []backend.Route) (*backend.Manager, error) {
+	m, err := backend.NewManager(ctx, backend.ManagerConfig{
+		Routes: routes,
+		Defaults: backend.PoolConfig{
+			PoolSize:          cfg.PoolSize,
+			ConnectTimeout:    cfg.ServerConnectTimeout,
+			ServerLifetime:    cfg.ServerLifetime,
+			ServerIdleTimeout: cfg.ServerIdleTimeout,
+		},
+		MaxPools:        cfg.MaxPools,
+		PoolIdleTimeout: cfg.PoolIdleTimeout,
+		Metrics:         s.bmetrics,
+	}, s.logger.With("component", "backend"), nil)
+	if err != nil {
+		return nil, fmt.Errorf("backend: %w", err)
+	}
+	return m, nil
 }
 
 // loadTLS reads the certificate pair, or returns nil when none is
@@ -358,7 +393,7 @@ func (s *server) Run(ctx context.Context) error {
 	var failure error
 	select {
 	case <-ctx.Done():
-		s.logger.Info("shutting down", "grace", s.cfg.ShutdownGrace)
+		s.logger.Info("shutting down", "grace", s.live.cfg.Load().ShutdownGrace)
 	case failure = <-failed:
 		s.logger.Error("shutting down after a failure", "err", failure)
 	}
@@ -380,9 +415,10 @@ func (s *server) Run(ctx context.Context) error {
 // shutdown drains and closes every component, within the grace period.
 func (s *server) shutdown() {
 	start := time.Now()
-	poolCtx, cancelPool := context.WithTimeout(context.Background(), s.cfg.ShutdownGrace)
+	grace := s.live.cfg.Load().ShutdownGrace
+	poolCtx, cancelPool := context.WithTimeout(context.Background(), grace)
 	defer cancelPool()
-	frontCtx, cancelFront := context.WithTimeout(context.Background(), s.cfg.ShutdownGrace+frontGraceExtra)
+	frontCtx, cancelFront := context.WithTimeout(context.Background(), grace+frontGraceExtra)
 	defer cancelFront()
 	drained := make(chan struct{})
 	defer close(drained)
@@ -430,12 +466,16 @@ func (s *server) closeListeners() {
 	}
 }
 
-// closeBackends closes the server pools and stops a throwaway PostgreSQL.
+// closeBackends closes the server pools (those a reload replaced too) and
+// stops a throwaway PostgreSQL.
 func (s *server) closeBackends() {
-	if s.manager != nil {
-		s.manager.Close()
-		s.manager = nil
+	s.live.mu.Lock()
+	s.live.closed = true
+	s.live.mu.Unlock()
+	if m := s.live.manager.Swap(nil); m != nil {
+		m.Close()
 	}
+	s.retiring.Wait()
 	if s.cluster != nil {
 		if err := s.cluster.Stop(); err != nil {
 			s.logger.Warn("stopping throwaway PostgreSQL", "err", err)
