@@ -135,7 +135,10 @@ func startServer(ctx context.Context, cfg *config.Config, logger *slog.Logger) (
 		var ttls *tls.Config
 		if tlsConf != nil {
 			// The TCP front takes the certificate a reload last loaded.
-			ttls = &tls.Config{GetCertificate: s.live.certificate, MinVersion: tlsConf.MinVersion}
+			// Clone keeps the session-ticket keys shared by replicas.
+			ttls = tlsConf.Clone()
+			ttls.Certificates = nil
+			ttls.GetCertificate = s.live.certificate
 		}
 		s.tcp, err = tcpfront.New(tcpfront.Config{
 			Addr:       cfg.TCPListen,
