@@ -204,7 +204,6 @@ func (s *server) routes(ctx context.Context) ([]backend.Route, error) {
 			PoolConfig: backend.PoolConfig{
 				ConnString: wildcard,
 				PoolSize:   cfg.PoolSize,
-				MinPool:    cfg.MinPool,
 			},
 		})
 	}
