@@ -48,8 +48,10 @@ type sqlInfo struct {
 	begins   bool // leaves a transaction block open
 	ends     bool // ends a transaction block
 
-	params    []string // run-time parameters SET or RESET for the session
+	params    []string // run-time parameters SET for the session (SET or set_config)
+	resets    []string // run-time parameters RESET
 	paramsAll bool     // RESET ALL, or set_config of a parameter the lexer cannot name
+	resetAll  bool     // RESET ALL
 }
 
 // inspectSQL reads what a Query's or Parse's text does to transactions and
@@ -86,8 +88,16 @@ func inspectSQL(sql []byte) sqlInfo {
 		}
 		switch {
 		case st.Flags&(sqllex.ResetAll|sqllex.SetConfig) != 0 && st.Flags&sessionParams != 0:
+			// A statement may call set_config more than once; Name is
+			// one of them at most.
 			info.paramsAll = true
-		case st.Flags&(sqllex.SetParam|sqllex.ResetParam) != 0 && st.Name != "":
+			info.resetAll = info.resetAll || st.Flags&sqllex.ResetAll != 0
+			if st.Flags&sqllex.SetParam != 0 && st.Name != "" {
+				info.params = append(info.params, st.Name)
+			}
+		case st.Flags&sqllex.ResetParam != 0 && st.Name != "":
+			info.resets = append(info.resets, st.Name)
+		case st.Flags&sqllex.SetParam != 0 && st.Name != "":
 			info.params = append(info.params, st.Name)
 		}
 	}
@@ -140,8 +150,10 @@ func (s *session) noteSQL(a *attachment, info sqlInfo) {
 	case info.ends:
 		a.begun = false
 	}
-	if info.paramsAll || len(info.params) > 0 {
+	if info.paramsAll || len(info.params) > 0 || len(info.resets) > 0 {
 		a.st.clientSet(info.params, info.paramsAll)
+		a.st.clientSet(info.resets, false)
+		s.clientParamsLocked(info, true)
 	}
 }
 

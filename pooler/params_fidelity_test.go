@@ -104,3 +104,194 @@ func TestServerDefaultsNotCachedPastTheirConnections(t *testing.T) {
 		})
 	}
 }
+
+// TestResetReturnsToStartupValue: RESET of a parameter the client gave in
+// its startup packet, and RESET ALL, bring back the startup value, as on a
+// direct connection, for a reported parameter (DateStyle, whose new value
+// the client is also told) and an unreported one (work_mem), in both
+// pooling modes and both query protocols. The expected values are checked
+// against PostgreSQL itself first.
+func TestResetReturnsToStartupValue(t *testing.T) {
+	cluster := sharedCluster(t)
+	startup := func(c *pgx.ConnConfig) {
+		c.RuntimeParams["datestyle"] = "Postgres, MDY"
+		c.RuntimeParams["options"] = "-c work_mem=3MB"
+	}
+	steps := []struct{ run, show, want string }{
+		{"RESET datestyle", "SHOW datestyle", "Postgres, MDY"},
+		{"SET datestyle = 'German'", "SHOW datestyle", "German, DMY"},
+		{"RESET datestyle", "SHOW datestyle", "Postgres, MDY"},
+		{"SET work_mem = '5MB'", "SHOW work_mem", "5MB"},
+		{"RESET work_mem", "SHOW work_mem", "3MB"},
+		{"SET datestyle = 'SQL'; SET work_mem = '6MB'", "SHOW work_mem", "6MB"},
+		{"RESET ALL", "SHOW datestyle", "Postgres, MDY"},
+		{"SELECT 1", "SHOW work_mem", "3MB"},
+	}
+	check := func(ctx context.Context, t *testing.T, conn *pgx.Conn, extended bool) {
+		t.Helper()
+		pc := conn.PgConn()
+		for _, st := range steps {
+			if extended && st.run != "SET datestyle = 'SQL'; SET work_mem = '6MB'" {
+				if res := pc.ExecParams(ctx, st.run, nil, nil, nil, nil).Read(); res.Err != nil {
+					t.Fatalf("%s: %v", st.run, res.Err)
+				}
+			} else if _, err := pc.Exec(ctx, st.run).ReadAll(); err != nil {
+				t.Fatalf("%s: %v", st.run, err)
+			}
+			got := simpleOne(ctx, t, pc, st.show)
+			if extended {
+				got = extendedOne(ctx, t, pc, st.show)
+			}
+			if got != st.want {
+				t.Errorf("after %q: %s = %q, want %q", st.run, st.show, got, st.want)
+			}
+		}
+		if got := pc.ParameterStatus("DateStyle"); got != "Postgres, MDY" {
+			t.Errorf("the last DateStyle the client was told is %q, want %q", got, "Postgres, MDY")
+		}
+	}
+
+	t.Run("direct", func(t *testing.T) {
+		ctx := testCtx(t, time.Minute)
+		cfg, err := pgx.ParseConfig(cluster.SuperURL("postgres"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		startup(cfg)
+		conn, err := pgx.ConnectConfig(ctx, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close(ctx)
+		check(ctx, t, conn, false)
+	})
+	for _, mode := range []pooler.Mode{pooler.ModeTransaction, pooler.ModeSession} {
+		for _, extended := range []bool{false, true} {
+			if mode == pooler.ModeSession && extended {
+				continue // session mode follows RESET in simple Query only
+			}
+			name := string(mode) + "/simple"
+			if extended {
+				name = string(mode) + "/extended"
+			}
+			t.Run(name, func(t *testing.T) {
+				ctx := testCtx(t, time.Minute)
+				h := newHarness(t, harnessOpts{cluster: cluster, poolSize: 2, cfg: pooler.Config{Mode: mode}})
+				check(ctx, t, h.connectWith(ctx, t, startup), extended)
+			})
+		}
+	}
+}
+
+// onOtherServer runs f while the client's next transaction cannot land on
+// server process pid: two other clients of a pool of two open a
+// transaction each, and the one that did not get pid ends its own first, so
+// the client's next transaction gets that connection.
+func onOtherServer(ctx context.Context, t *testing.T, h *harness, pid string, f func()) {
+	t.Helper()
+	var holders [2]*pgx.Conn
+	var pids [2]string
+	for i := range holders {
+		holders[i] = h.connect(ctx, t)
+		if _, err := holders[i].Exec(ctx, "BEGIN"); err != nil {
+			t.Fatal(err)
+		}
+		pids[i] = simpleOne(ctx, t, holders[i].PgConn(), "SELECT pg_backend_pid()")
+	}
+	free := 0
+	if pids[0] == pid {
+		free = 1
+	}
+	if pids[free] == pid {
+		t.Fatalf("both holders run on server process %s", pid)
+	}
+	if _, err := holders[free].Exec(ctx, "COMMIT"); err != nil {
+		t.Fatal(err)
+	}
+	f()
+	for _, c := range holders {
+		_ = c.Close(ctx)
+	}
+	h.waitNoneInUse(t)
+}
+
+// TestSessionSetFollowsClient: in transaction mode a client's session-level
+// SET, set_config(..., false) and RESET outside a transaction block stay in
+// force in its later transactions on other server connections, and no other
+// client ever sees them. psycopg's pool tests SET
+// default_transaction_read_only = on on one client and broke a hundred later
+// tests through a pooler that let it leak.
+func TestSessionSetFollowsClient(t *testing.T) {
+	cluster := sharedCluster(t)
+	ctx := testCtx(t, 2*time.Minute)
+	h := newHarness(t, harnessOpts{cluster: cluster, poolSize: 2})
+	if err := cluster.Exec(ctx, "DROP TABLE IF EXISTS fid_follow; CREATE TABLE fid_follow (v int)"); err != nil {
+		t.Fatal(err)
+	}
+
+	a := h.connect(ctx, t)
+	pa := a.PgConn()
+	for _, sql := range []string{
+		"SET work_mem = '7MB'",
+		"SELECT pg_catalog.set_config('statement_timeout', '42s', false)",
+		"SET default_transaction_read_only = on",
+	} {
+		if _, err := pa.Exec(ctx, sql).ReadAll(); err != nil {
+			t.Fatalf("A: %s: %v", sql, err)
+		}
+	}
+	pidSet := simpleOne(ctx, t, pa, "SELECT pg_backend_pid()")
+	if h.inUse() != 0 {
+		t.Fatalf("A keeps a server connection after its SETs (%d in use): transaction mode must not pin it", h.inUse())
+	}
+	want := map[string]string{"work_mem": "7MB", "statement_timeout": "42s", "default_transaction_read_only": "on"}
+
+	onOtherServer(ctx, t, h, pidSet, func() {
+		if pid := simpleOne(ctx, t, pa, "SELECT pg_backend_pid()"); pid == pidSet {
+			t.Fatalf("A's next transaction ran on %s again", pid)
+		}
+		for k, v := range want {
+			if got := simpleOne(ctx, t, pa, "SHOW "+k); got != v {
+				t.Errorf("A on another server connection, simple protocol: %s = %q, want its own %q", k, got, v)
+			}
+			if got := extendedOne(ctx, t, pa, "SHOW "+k); got != v {
+				t.Errorf("A on another server connection, extended protocol: %s = %q, want its own %q", k, got, v)
+			}
+		}
+		if _, err := a.Exec(ctx, "INSERT INTO fid_follow VALUES (1)"); pgCode(err) != "25006" {
+			t.Errorf("A's INSERT with default_transaction_read_only on: %v, want SQLSTATE 25006", err)
+		}
+	})
+
+	// Every other client, on either server connection, sees the defaults
+	// and can write.
+	for i := range 4 {
+		b := h.connect(ctx, t)
+		for k, v := range want {
+			if got := simpleOne(ctx, t, b.PgConn(), "SHOW "+k); got == v {
+				t.Errorf("client B%d sees A's %s = %q", i, k, got)
+			}
+		}
+		if _, err := b.Exec(ctx, "INSERT INTO fid_follow VALUES (2)"); err != nil {
+			t.Errorf("client B%d cannot write after A's SET default_transaction_read_only: %v", i, err)
+		}
+		_ = b.Close(ctx)
+	}
+
+	// A's RESET follows it too.
+	if _, err := pa.Exec(ctx, "RESET work_mem; RESET default_transaction_read_only").ReadAll(); err != nil {
+		t.Fatal(err)
+	}
+	pidReset := simpleOne(ctx, t, pa, "SELECT pg_backend_pid()")
+	onOtherServer(ctx, t, h, pidReset, func() {
+		if got := simpleOne(ctx, t, pa, "SHOW work_mem"); got != "4MB" {
+			t.Errorf("A after RESET work_mem, on another server connection: %q, want the default 4MB", got)
+		}
+		if got := simpleOne(ctx, t, pa, "SHOW statement_timeout"); got != "42s" {
+			t.Errorf("A's statement_timeout on another server connection after unrelated RESETs: %q, want 42s", got)
+		}
+		if _, err := a.Exec(ctx, "INSERT INTO fid_follow VALUES (3)"); err != nil {
+			t.Errorf("A after RESET default_transaction_read_only: %v", err)
+		}
+	})
+}

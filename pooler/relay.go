@@ -44,6 +44,10 @@ type entry struct {
 	// server rejects or skips the Parse, as PostgreSQL would not create it.
 	clientName string
 	cst        *stmt
+
+	// A quiet query of the pooler's own about run-time parameters (see
+	// params.go); nil for every other entry.
+	params *paramQuery
 }
 
 // attachment is a server connection lent to a session. Its fields are
@@ -238,6 +242,13 @@ func (s *session) relayOne(a *attachment) relayResult {
 		}
 	case 'T': // RowDescription ends a Describe
 		pop = head != nil && head.kind == eDescribe
+		if head != nil && head.params != nil {
+			head.params.results++
+		}
+	case 'D': // DataRow of a quiet query (the fast path forwards the others)
+		if head != nil && head.params != nil {
+			head.params.row(body)
+		}
 	case 'n': // NoData
 		pop = head != nil && head.kind == eDescribe
 	case 'C', 'I', 's': // CommandComplete, EmptyQueryResponse, PortalSuspended
@@ -248,8 +259,21 @@ func (s *session) relayOne(a *attachment) relayResult {
 	case 'G', 'W': // CopyInResponse, CopyBothResponse: the server waits for data
 		result = relayWaiting
 	case 'S': // ParameterStatus
-		s.noteParameter(a, body, quiet)
+		switch {
+		case head != nil && head.params != nil && head.params.sync:
+			s.syncedParameter(a, body)
+		case head != nil && head.params != nil && head.params.follow:
+			// Caused by the client's own statement (a RESET put back to
+			// its startup value): it is the client's to see.
+			forward = true
+			s.noteParameter(a, body, false)
+		default:
+			s.noteParameter(a, body, quiet)
+		}
 	case 'E':
+		if head != nil && head.params != nil {
+			head.params.failed = true
+		}
 		if head != nil && head.stmt != "" {
 			s.statementError(a, head, body)
 		}
@@ -286,6 +310,9 @@ func (s *session) relayOne(a *attachment) relayResult {
 			forward = !head.quiet
 			if head.reset {
 				a.st.reset()
+			}
+			if head.params != nil {
+				s.paramQueryDone(a, head.params)
 			}
 			pop = true
 		}

@@ -40,28 +40,30 @@ type session struct {
 	id     uint64 // unique for the pooler's lifetime, unlike pid
 
 	// Owner-only state.
-	rwc      io.ReadWriteCloser // written with mu and cwMu held (setStream); read under either, or by the owner
-	cr       *wire.Reader
-	secure   bool
-	counted  bool
-	loggedIn bool
-	user     string
-	database string
-	pool     *backend.Pool
-	desired  map[string]string // parameter values the client believes are in effect
-	paramKey string            // desired, serialised; "" when it must be recomputed
-	reapply  []byte            // Query frame setting the unreported desired parameters (see reapplyParams)
-	unnamed  *stmt             // the client's unnamed statement, for replay
-	skipping bool              // dropping messages until Sync after an error the pooler raised
-	lastSync bool              // the last client message was Sync, Query, FunctionCall, CopyDone or CopyFail
-	wlocked  bool              // owner holds wmu
-	wconn    *backend.Conn     // connection whose writer the owner must flush
-	scratch  []byte
-	authMax  int         // bound on the client's next authentication message, set by Send
-	out      []byte      // frames for the server staged while s.mu was held (see sendOut)
-	outAtt   *attachment // where they go
-	outFwd   bool        // then forward the current client message raw
-	msgLen   int         // length of the current client message, header included
+	rwc           io.ReadWriteCloser // written with mu and cwMu held (setStream); read under either, or by the owner
+	cr            *wire.Reader
+	secure        bool
+	counted       bool
+	loggedIn      bool
+	user          string
+	database      string
+	pool          *backend.Pool
+	desired       map[string]string // parameter values the client believes are in effect
+	paramKey      string            // desired, serialised; "" when it must be recomputed
+	reapply       []byte            // Query frame setting the unreported desired parameters (see reapplyParams)
+	startupParams map[string]string // the client's startup parameters, which RESET returns to (see params.go)
+	proven        bool              // desired has been set on a server once: later syncs are pipelined
+	unnamed       *stmt             // the client's unnamed statement, for replay
+	skipping      bool              // dropping messages until Sync after an error the pooler raised
+	lastSync      bool              // the last client message was Sync, Query, FunctionCall, CopyDone or CopyFail
+	wlocked       bool              // owner holds wmu
+	wconn         *backend.Conn     // connection whose writer the owner must flush
+	scratch       []byte
+	authMax       int         // bound on the client's next authentication message, set by Send
+	out           []byte      // frames for the server staged while s.mu was held (see sendOut)
+	outAtt        *attachment // where they go
+	outFwd        bool        // then forward the current client message raw
+	msgLen        int         // length of the current client message, header included
 
 	cwMu sync.Mutex
 	cw   *bufio.Writer        // nil while idle (see flushClient)
@@ -78,7 +80,9 @@ type session struct {
 	stmtBytes  int                     // their size, for ClientStatementBytes
 	att        *attachment
 	draining   bool
-	pinned     bool // transaction mode: an identity change keeps the server connection until the session ends
+	pinned     bool              // transaction mode: an identity change keeps the server connection until the session ends
+	restore    map[string]string // startup values a client's RESET took away, to set again (see followLocked)
+	snapshot   bool              // the client changed parameters: read them back (see followLocked)
 	killed     bool
 	closing    bool // rwc closed by us
 
@@ -293,10 +297,21 @@ func (s *session) handleSync(ctx context.Context) error {
 		return s.writeClientLocal(readyForQuery('I'))
 	}
 	s.push(a, entry{kind: eSync})
-	err := s.writeServer(a, nil)
+	var err error
+	if len(s.restore) == 0 && !s.snapshot {
+		err = s.writeServer(a, nil)
+	} else if err = s.cr.Skip(); err == nil {
+		// The pooler's parameter query goes right behind the Sync.
+		if err = s.writeServer(a, syncMsg); err == nil {
+			err = s.followLocked(a)
+		}
+	}
 	s.mu.Unlock()
 	return err
 }
+
+// syncMsg is a Sync message.
+var syncMsg = []byte{'S', 0, 0, 0, 4}
 
 // forward sends the current message to the attached server (attaching one if
 // needed) and records the reply it expects.

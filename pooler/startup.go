@@ -394,7 +394,7 @@ func (s *session) login(ctx context.Context, sp *startupParams, authenticated fu
 		defaults = conn.ServerDefaults
 		if p.cfg.Mode == ModeSession {
 			s.initDesired(defaults, sp.params)
-			if err := s.syncParams(ctx, conn); err != nil {
+			if _, err := s.syncParams(ctx, conn); err != nil {
 				conn.Release()
 				return s.fail(asFatal(err))
 			}

@@ -488,7 +488,7 @@ func (s *session) handleClose(ctx context.Context) error {
 // live in the pooler's map, not on any one server.
 func (s *session) handleQuery(ctx context.Context) error {
 	if s.p.cfg.Mode == ModeSession {
-		return s.forward(ctx, eQuery)
+		return s.sessionQuery(ctx)
 	}
 	body, err := s.cr.Body()
 	if err != nil {
@@ -531,7 +531,10 @@ func (s *session) handleQuery(ctx context.Context) error {
 	a.st.unnamedOK = false // a simple Query destroys the unnamed statement
 	// A DEALLOCATE or DISCARD that reaches the server, in this protocol or
 	// the extended one, is seen by its command tag (see serverDropped).
-	return s.writeServer(a, s.frame('Q', body))
+	if err := s.writeServer(a, s.frame('Q', body)); err != nil {
+		return err
+	}
+	return s.followLocked(a)
 }
 
 // addClientStmt records a client's named statement. s.mu must be held.
