@@ -52,6 +52,7 @@ type sqlInfo struct {
 	resets    []string // run-time parameters RESET
 	paramsAll bool     // RESET ALL, or set_config of a parameter the lexer cannot name
 	resetAll  bool     // RESET ALL
+	copy      bool     // a COPY, which may leave the server waiting for the client's data
 }
 
 // inspectSQL reads what a Query's or Parse's text does to transactions and
@@ -63,9 +64,9 @@ func inspectSQL(sql []byte) sqlInfo {
 	text := unsafe.String(&sql[0], len(sql)) // sql is not modified while text is in use
 	sum := sqllex.Classify(text).Flags
 	if sum&(identityChange|sqllex.Transaction|sessionParams) == 0 {
-		return sqlInfo{}
+		return sqlInfo{copy: sum&sqllex.Copy != 0}
 	}
-	var info sqlInfo
+	info := sqlInfo{copy: sum&sqllex.Copy != 0}
 	if sum&identityChange != 0 && sum&sqllex.Unsure != 0 {
 		// Unterminated, or split differently with standard_conforming_strings
 		// off: take it as an identity change outside any block.
@@ -150,6 +151,7 @@ func (s *session) noteSQL(a *attachment, info sqlInfo) {
 	case info.ends:
 		a.begun = false
 	}
+	a.copy = a.copy || info.copy
 	if info.paramsAll || len(info.params) > 0 || len(info.resets) > 0 {
 		a.st.clientSet(info.params, info.paramsAll)
 		a.st.clientSet(info.resets, false)

@@ -485,8 +485,12 @@ func (s *session) setRestore(k, v string) {
 // the quiet query described above, when one is due. It costs no round trip:
 // the connection goes back to the pool once its ReadyForQuery arrives,
 // which follows the client's own at once. s.mu must be held.
+//
+// Nothing follows a message that may have started COPY FROM STDIN: a Query
+// arriving while the server waits for copy data would fail the COPY. The
+// query then waits for the client's next synchronisation message.
 func (s *session) followLocked(a *attachment) error {
-	if len(s.restore) == 0 && !s.snapshot {
+	if (len(s.restore) == 0 && !s.snapshot) || a.copy {
 		return nil
 	}
 	q := &paramQuery{follow: true}
@@ -546,5 +550,6 @@ func (s *session) sessionQuery(ctx context.Context) error {
 		return err
 	}
 	s.clientParamsLocked(info, false)
+	a.copy = a.copy || info.copy
 	return s.followLocked(a)
 }

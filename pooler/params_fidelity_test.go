@@ -2,6 +2,7 @@ package pooler_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -292,6 +293,46 @@ func TestSessionSetFollowsClient(t *testing.T) {
 		}
 		if _, err := a.Exec(ctx, "INSERT INTO fid_follow VALUES (3)"); err != nil {
 			t.Errorf("A after RESET default_transaction_read_only: %v", err)
+		}
+	})
+}
+
+// TestSessionSetFollowsClientAroundCopy: the pooler's query that reads a
+// client's parameters back must never land behind a COPY FROM STDIN, where
+// the server waits for copy data and would fail the COPY; it waits for the
+// client's next message instead. Here the SET is inside a transaction block
+// (so its reading is due again at each message until the block ends) and
+// the block runs a COPY, and then a Query that holds both a SET and a COPY.
+func TestSessionSetFollowsClientAroundCopy(t *testing.T) {
+	cluster := sharedCluster(t)
+	ctx := testCtx(t, time.Minute)
+	h := newHarness(t, harnessOpts{cluster: cluster, poolSize: 2})
+	if err := cluster.Exec(ctx, "DROP TABLE IF EXISTS fid_copy; CREATE TABLE fid_copy (v int)"); err != nil {
+		t.Fatal(err)
+	}
+	a := h.connect(ctx, t)
+	pa := a.PgConn()
+	for _, sql := range []string{"BEGIN", "SET work_mem = '2MB'"} {
+		if _, err := pa.Exec(ctx, sql).ReadAll(); err != nil {
+			t.Fatalf("%s: %v", sql, err)
+		}
+	}
+	if _, err := pa.CopyFrom(ctx, strings.NewReader("1\n2\n"), "COPY fid_copy FROM STDIN"); err != nil {
+		t.Fatalf("COPY inside the block after a SET: %v", err)
+	}
+	if _, err := pa.Exec(ctx, "COMMIT").ReadAll(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pa.CopyFrom(ctx, strings.NewReader("3\n"), "SET statement_timeout = '43s'; COPY fid_copy FROM STDIN"); err != nil {
+		t.Fatalf("SET and COPY in one Query: %v", err)
+	}
+	if got := simpleOne(ctx, t, pa, "SELECT count(*) FROM fid_copy"); got != "3" {
+		t.Errorf("%s rows copied, want 3", got)
+	}
+	pid := simpleOne(ctx, t, pa, "SELECT pg_backend_pid()")
+	onOtherServer(ctx, t, h, pid, func() {
+		if got := simpleOne(ctx, t, pa, "SHOW work_mem"); got != "2MB" {
+			t.Errorf("A's work_mem, SET in a block that ran a COPY, on another server connection: %q, want 2MB", got)
 		}
 	})
 }

@@ -65,6 +65,7 @@ type attachment struct {
 	syncPoint  bool // the client's last forwarded message was Sync, Query, FunctionCall, CopyDone or CopyFail
 	closing    bool // the client left; return the connection once idle
 	begun      bool // a BEGIN was sent and no ReadyForQuery has said since whether a block is open
+	copy       bool // a COPY was sent since the last ReadyForQuery: nothing may follow its synchronisation message
 	identity   bool // an identity change may outlive the transaction: reset before release
 	destroy    bool // close the connection instead of returning it
 	clientGone atomic.Bool
@@ -305,6 +306,7 @@ func (s *session) relayOne(a *attachment) relayResult {
 		a.skipping = false
 		if a.pending() <= 1 {
 			a.begun = false // the status is current: it says whether a block is open
+			a.copy = false
 		}
 		if head = a.front(); head != nil {
 			forward = !head.quiet
