@@ -237,8 +237,6 @@ func (s *session) syncedParameter(a *attachment, body []byte) {
 	a.conn.Params[ps.Name] = ps.Value
 }
 
-
-
 // paramUnknown stands, in serverState.set, for a value a client gave a
 // parameter with its own SET: no startup packet can ask for it, so the next
 // session either resets the parameter or sets its own value.
@@ -519,7 +517,6 @@ func (s *session) followLocked(a *attachment) error {
 	a.st.unnamedOK = false // a simple Query destroys the unnamed statement
 	return s.writeServer(a, appendQuery(nil, b.String()))
 }
-
 
 // sessionQuery forwards a simple Query in session mode, where the server
 // connection is the client's alone and only RESET needs the pooler: a
