@@ -63,7 +63,7 @@ func inspectSQL(sql []byte) sqlInfo {
 	}
 	text := unsafe.String(&sql[0], len(sql)) // sql is not modified while text is in use
 	sum := sqllex.Classify(text).Flags
-	if sum&(identityChange|sqllex.Transaction|sessionParams) == 0 {
+	if sum&(identityChange|sqllex.Transaction|sessionParams|sqllex.DiscardAll) == 0 {
 		return sqlInfo{copy: sum&sqllex.Copy != 0}
 	}
 	info := sqlInfo{copy: sum&sqllex.Copy != 0}
@@ -96,6 +96,9 @@ func inspectSQL(sql []byte) sqlInfo {
 			if st.Flags&sqllex.SetParam != 0 && st.Name != "" {
 				info.params = append(info.params, st.Name)
 			}
+		case st.Flags&sqllex.DiscardAll != 0:
+			// DISCARD ALL runs RESET ALL, among other things.
+			info.paramsAll, info.resetAll = true, true
 		case st.Flags&sqllex.ResetParam != 0 && st.Name != "":
 			info.resets = append(info.resets, st.Name)
 		case st.Flags&sqllex.SetParam != 0 && st.Name != "":

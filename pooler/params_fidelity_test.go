@@ -127,6 +127,8 @@ func TestResetReturnsToStartupValue(t *testing.T) {
 		{"SET datestyle = 'SQL'; SET work_mem = '6MB'", "SHOW work_mem", "6MB"},
 		{"RESET ALL", "SHOW datestyle", "Postgres, MDY"},
 		{"SELECT 1", "SHOW work_mem", "3MB"},
+		{"SET work_mem = '9MB'", "SHOW work_mem", "9MB"},
+		{"DISCARD ALL", "SHOW work_mem", "3MB"},
 	}
 	check := func(ctx context.Context, t *testing.T, conn *pgx.Conn, extended bool) {
 		t.Helper()
