@@ -388,6 +388,9 @@ func (q *paramQuery) row(body []byte) {
 	if q.rows == nil {
 		q.rows = make(map[string]string)
 	}
+	if _, dup := q.rows[string(cols[0])]; dup {
+		return // a custom parameter pg_settings listed too
+	}
 	q.rows[string(cols[0])] = string(cols[1])
 }
 
@@ -467,10 +470,26 @@ func (s *session) clientParamsLocked(info sqlInfo, track bool) {
 			s.setRestore(k, v)
 		}
 	}
-	if track && (info.paramsAll || len(info.params) > 0 || len(info.resets) > 0) {
-		s.snapshot = true
+	if !track || s.snapshot {
+		return
+	}
+	// Reported parameters follow ParameterStatus: a statement that
+	// changes only those needs no read-back.
+	s.snapshot = info.paramsAll
+	for _, k := range append(info.params, info.resets...) {
+		s.snapshot = s.snapshot || unreported(canonicalParam(k))
+		if strings.Contains(k, ".") && len(s.custom) < maxCustomParams {
+			if s.custom == nil {
+				s.custom = make(map[string]bool)
+			}
+			s.custom[k] = true
+		}
 	}
 }
+
+// maxCustomParams bounds the custom (dotted) parameter names the pooler
+// reads back for one client.
+const maxCustomParams = 1000
 
 func (s *session) setRestore(k, v string) {
 	if s.restore == nil {
@@ -509,6 +528,20 @@ func (s *session) followLocked(a *attachment) error {
 	}
 	if s.snapshot {
 		b.WriteString(sessionParamsSQL)
+		if len(s.custom) > 0 {
+			// pg_settings leaves out custom parameters (myapp.tenant):
+			// read those the client named by name.
+			b.WriteString(" UNION ALL SELECT n, pg_catalog.current_setting(n, true) FROM pg_catalog.unnest(ARRAY[")
+			first := true
+			for k := range s.custom {
+				if !first {
+					b.WriteString(", ")
+				}
+				first = false
+				b.WriteString(quoteLiteral(k))
+			}
+			b.WriteString("]::text[]) n")
+		}
 		q.snapshot++
 	} else {
 		q.snapshot = 0

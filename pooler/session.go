@@ -83,6 +83,7 @@ type session struct {
 	pinned     bool              // transaction mode: an identity change keeps the server connection until the session ends
 	restore    map[string]string // startup values a client's RESET took away, to set again (see followLocked)
 	snapshot   bool              // the client changed parameters: read them back (see followLocked)
+	custom     map[string]bool   // custom (dotted) parameters the client set, read back by name
 	killed     bool
 	closing    bool // rwc closed by us
 
