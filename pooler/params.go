@@ -583,3 +583,56 @@ func (s *session) sessionQuery(ctx context.Context) error {
 	a.copy = a.copy || info.copy
 	return s.followLocked(a)
 }
+
+// sessionForward forwards a Parse or Bind in session mode. With startup
+// parameters to return to, it notes which of the client's statements RESET
+// parameters, and when one of them is bound, the startup values are set
+// again behind the client's next Sync (see followLocked).
+func (s *session) sessionForward(ctx context.Context, k entryKind) error {
+	if len(s.startupParams) == 0 {
+		return s.forward(ctx, k)
+	}
+	body, err := s.cr.Body()
+	if err != nil {
+		return err
+	}
+	name, rest, ok := wire.CString(body) // Parse: statement name; Bind: portal
+	if ok && k == eBind {
+		name, _, ok = wire.CString(rest)
+	}
+	if !ok {
+		return fatal(pgproto.CodeProtocolViolation, "invalid message", nil)
+	}
+	s.mu.Lock()
+	a, err := s.attachLocked(ctx)
+	if err != nil {
+		s.mu.Unlock()
+		return s.raise(err, false)
+	}
+	defer s.mu.Unlock()
+	switch k {
+	case eParse:
+		sql, _, _ := wire.CString(rest)
+		info := inspectSQL(sql)
+		if info.resetAll || len(info.resets) > 0 {
+			if s.resetStmts == nil {
+				s.resetStmts = make(map[string]sqlInfo)
+			}
+			if len(s.resetStmts) < maxCustomParams {
+				s.resetStmts[string(name)] = info
+			}
+		} else if s.resetStmts != nil {
+			delete(s.resetStmts, string(name))
+		}
+	case eBind:
+		if info, ok := s.resetStmts[string(name)]; ok {
+			s.clientParamsLocked(info, false)
+		}
+	}
+	typ := byte('P')
+	if k == eBind {
+		typ = 'B'
+	}
+	s.push(a, entry{kind: k})
+	return s.writeServer(a, s.frame(typ, body))
+}

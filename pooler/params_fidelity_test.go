@@ -170,9 +170,6 @@ func TestResetReturnsToStartupValue(t *testing.T) {
 	})
 	for _, mode := range []pooler.Mode{pooler.ModeTransaction, pooler.ModeSession} {
 		for _, extended := range []bool{false, true} {
-			if mode == pooler.ModeSession && extended {
-				continue // session mode follows RESET in simple Query only
-			}
 			name := string(mode) + "/simple"
 			if extended {
 				name = string(mode) + "/extended"

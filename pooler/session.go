@@ -80,10 +80,11 @@ type session struct {
 	stmtBytes  int                     // their size, for ClientStatementBytes
 	att        *attachment
 	draining   bool
-	pinned     bool              // transaction mode: an identity change keeps the server connection until the session ends
-	restore    map[string]string // startup values a client's RESET took away, to set again (see followLocked)
-	snapshot   bool              // the client changed parameters: read them back (see followLocked)
-	custom     map[string]bool   // custom (dotted) parameters the client set, read back by name
+	pinned     bool               // transaction mode: an identity change keeps the server connection until the session ends
+	restore    map[string]string  // startup values a client's RESET took away, to set again (see followLocked)
+	snapshot   bool               // the client changed parameters: read them back (see followLocked)
+	custom     map[string]bool    // custom (dotted) parameters the client set, read back by name
+	resetStmts map[string]sqlInfo // session mode: the client's statements that RESET parameters, by name
 	killed     bool
 	closing    bool // rwc closed by us
 

@@ -235,7 +235,7 @@ func (s *session) injectClose(a *attachment, name string) error {
 // handleParse handles a Parse message.
 func (s *session) handleParse(ctx context.Context) error {
 	if s.p.cfg.Mode == ModeSession {
-		return s.forward(ctx, eParse)
+		return s.sessionForward(ctx, eParse)
 	}
 	body, err := s.cr.Body()
 	if err != nil {
@@ -316,7 +316,7 @@ var (
 // handleBind handles a Bind message, renaming its statement.
 func (s *session) handleBind(ctx context.Context) error {
 	if s.p.cfg.Mode == ModeSession {
-		return s.forward(ctx, eBind)
+		return s.sessionForward(ctx, eBind)
 	}
 	body, err := s.cr.Body()
 	if err != nil {
