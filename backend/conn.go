@@ -81,6 +81,24 @@ func (c *Conn) NetConn() net.Conn { return c.netConn }
 // Pool returns the pool this connection belongs to.
 func (c *Conn) Pool() *Pool { return c.pool }
 
+// ObserveQuery records in the pool's query duration histogram how long the
+// server took to answer one request, up to its ReadyForQuery. The holder
+// measures it, since only the holder knows where a request starts.
+func (c *Conn) ObserveQuery(d time.Duration) {
+	if c.pool != nil {
+		c.pool.metrics.observeQuery(d)
+	}
+}
+
+// ObserveTransaction records in the pool's transaction duration histogram
+// how long a transaction held this connection, from its first request to the
+// ReadyForQuery that ended it.
+func (c *Conn) ObserveTransaction(d time.Duration) {
+	if c.pool != nil {
+		c.pool.metrics.observeTransaction(d)
+	}
+}
+
 // Release returns the connection to its pool. The caller guarantees the
 // connection is idle: ReadyForQuery with status 'I' has been read, every
 // response has been consumed and W has been flushed. A connection past its

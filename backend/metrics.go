@@ -33,6 +33,9 @@ var destroyReasons = [...]string{reasonDead, reasonLifetime, reasonIdle, reasonE
 //	pgquic_backend_connects_total                                     counter, server connections opened
 //	pgquic_backend_connect_errors_total                               counter, failed connection attempts
 //	pgquic_backend_destroyed_total{reason="dead"|"lifetime"|"idle"|"error"} counter, connections closed
+//	pgquic_backend_pool_saturation                                    gauge, connections in use / pool size, read at scrape time
+//	pgquic_backend_query_duration_seconds                             histogram, from a client's request to its ReadyForQuery (ObserveQuery)
+//	pgquic_backend_transaction_duration_seconds                       histogram, from a transaction's first request to the ReadyForQuery ending it (ObserveTransaction)
 //
 // A series labelled with a database and user exists while a pool with those
 // labels does: when the last such pool closes (a wildcard pool retired, a
@@ -49,6 +52,8 @@ type Metrics struct {
 	connects      *prometheus.CounterVec
 	connectErrors *prometheus.CounterVec
 	destroyed     *prometheus.CounterVec
+	queryDur      *prometheus.HistogramVec
+	txDur         *prometheus.HistogramVec
 
 	pools        *prometheus.GaugeVec
 	poolsRetired *prometheus.CounterVec
@@ -57,6 +62,7 @@ type Metrics struct {
 	connsDesc   *prometheus.Desc
 	maxDesc     *prometheus.Desc
 	waitingDesc *prometheus.Desc
+	satDesc     *prometheus.Desc
 
 	mu     sync.Mutex
 	open   map[*Pool]struct{} // pools whose gauges Collect reads
@@ -103,12 +109,24 @@ func newMetrics() *Metrics {
 			Namespace: ns, Subsystem: sub, Name: "destroyed_total",
 			Help: "Server connections closed by the pool, by reason (dead, lifetime, idle, error).",
 		}, append(labels, "reason")),
+		queryDur: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: ns, Subsystem: sub, Name: "query_duration_seconds",
+			Help:    "Time from a client's request (a simple Query, or extended-protocol messages up to Sync) reaching the server connection to the server's ReadyForQuery: execution plus the pooler-to-server round trip.",
+			Buckets: durationBuckets,
+		}, labels),
+		txDur: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: ns, Subsystem: sub, Name: "transaction_duration_seconds",
+			Help:    "Time from a transaction's first request to the ReadyForQuery that ends it (an explicit block, or an implicit single-request transaction).",
+			Buckets: durationBuckets,
+		}, labels),
 		connsDesc: prometheus.NewDesc(prometheus.BuildFQName(ns, sub, "connections"),
 			"Server connections by state (idle, in_use, constructing).", append(labels, "state"), nil),
 		maxDesc: prometheus.NewDesc(prometheus.BuildFQName(ns, sub, "connections_max"),
 			"Maximum server connections of the pool (PoolSize).", labels, nil),
 		waitingDesc: prometheus.NewDesc(prometheus.BuildFQName(ns, sub, "acquires_waiting"),
 			"Acquire calls in progress (waiting for a connection or connecting).", labels, nil),
+		satDesc: prometheus.NewDesc(prometheus.BuildFQName(ns, sub, "pool_saturation"),
+			"Server connections in use divided by the pool size: 1 means every connection is lent out and new transactions wait (see acquires_waiting).", labels, nil),
 		pools: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Namespace: ns, Subsystem: sub, Name: "pools",
 			Help: "Pools open, by kind of route (named database or wildcard).",
@@ -133,6 +151,9 @@ func newMetrics() *Metrics {
 	return m
 }
 
+// durationBuckets cover a local query (100 µs) to a long report (30 s).
+var durationBuckets = []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30}
+
 // Values of the "route" label of pgquic_backend_pools.
 const (
 	routeNamed    = "named"
@@ -146,12 +167,15 @@ func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
 	m.connects.Describe(ch)
 	m.connectErrors.Describe(ch)
 	m.destroyed.Describe(ch)
+	m.queryDur.Describe(ch)
+	m.txDur.Describe(ch)
 	m.pools.Describe(ch)
 	m.poolsRetired.Describe(ch)
 	m.poolsRefused.Describe(ch)
 	ch <- m.connsDesc
 	ch <- m.maxDesc
 	ch <- m.waitingDesc
+	ch <- m.satDesc
 }
 
 // Collect implements prometheus.Collector. Connection gauges are read from the
@@ -163,6 +187,8 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 	m.connects.Collect(ch)
 	m.connectErrors.Collect(ch)
 	m.destroyed.Collect(ch)
+	m.queryDur.Collect(ch)
+	m.txDur.Collect(ch)
 	m.pools.Collect(ch)
 	m.poolsRetired.Collect(ch)
 	m.poolsRefused.Collect(ch)
@@ -193,6 +219,11 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(m.connsDesc, prometheus.GaugeValue, float64(s.Constructing), k.db, k.user, "constructing")
 		ch <- prometheus.MustNewConstMetric(m.maxDesc, prometheus.GaugeValue, float64(s.Max), k.db, k.user)
 		ch <- prometheus.MustNewConstMetric(m.waitingDesc, prometheus.GaugeValue, float64(s.Waiting), k.db, k.user)
+		sat := 0.0
+		if s.Max > 0 {
+			sat = float64(s.InUse) / float64(s.Max)
+		}
+		ch <- prometheus.MustNewConstMetric(m.satDesc, prometheus.GaugeValue, sat, k.db, k.user)
 	}
 }
 
@@ -206,6 +237,8 @@ type poolMetrics struct {
 	connects      prometheus.Counter
 	connectErrors prometheus.Counter
 	destroyed     map[string]prometheus.Counter
+	queryDur      prometheus.Observer
+	txDur         prometheus.Observer
 }
 
 // forPool binds labels for p and adds p to the scrape-time collector.
@@ -226,6 +259,8 @@ func (m *Metrics) forPool(p *Pool) *poolMetrics {
 		connects:      m.connects.WithLabelValues(db, user),
 		connectErrors: m.connectErrors.WithLabelValues(db, user),
 		destroyed:     make(map[string]prometheus.Counter, len(destroyReasons)),
+		queryDur:      m.queryDur.WithLabelValues(db, user),
+		txDur:         m.txDur.WithLabelValues(db, user),
 	}
 	for _, r := range destroyReasons {
 		pm.destroyed[r] = m.destroyed.WithLabelValues(db, user, r)
@@ -256,6 +291,8 @@ func (pm *poolMetrics) detach() {
 	m.acquireWait.DeleteLabelValues(db, user)
 	m.connects.DeleteLabelValues(db, user)
 	m.connectErrors.DeleteLabelValues(db, user)
+	m.queryDur.DeleteLabelValues(db, user)
+	m.txDur.DeleteLabelValues(db, user)
 	for _, r := range destroyReasons {
 		m.destroyed.DeleteLabelValues(db, user, r)
 	}
@@ -323,5 +360,17 @@ func (pm *poolMetrics) connectFailed() {
 func (pm *poolMetrics) destroyedFor(reason string) {
 	if pm != nil {
 		pm.destroyed[reason].Inc()
+	}
+}
+
+func (pm *poolMetrics) observeQuery(d time.Duration) {
+	if pm != nil {
+		pm.queryDur.Observe(d.Seconds())
+	}
+}
+
+func (pm *poolMetrics) observeTransaction(d time.Duration) {
+	if pm != nil {
+		pm.txDur.Observe(d.Seconds())
 	}
 }

@@ -36,6 +36,7 @@ const (
 	DefaultMetricsListen        = "127.0.0.1:9187"
 	DefaultMode                 = defaults.Mode
 	DefaultRoleChanges          = defaults.RoleChanges
+	DefaultSessionState         = defaults.SessionState
 	DefaultClientStatementBytes = defaults.ClientStatementBytes
 	DefaultPoolSize             = defaults.PoolSize
 	DefaultMinPool              = 2
@@ -94,6 +95,15 @@ type Config struct {
 	// client keeps its server connection until it disconnects).
 	// Default: "refuse".
 	RoleChanges string `yaml:"role_changes"`
+
+	// SessionState says what transaction mode does with statements that
+	// create session state it cannot move to another server connection
+	// (temporary tables, LISTEN, session advisory locks, WITH HOLD
+	// cursors, SQL PREPARE): "pin" (the client keeps its server connection
+	// until it disconnects or the state is gone, e.g. after DISCARD ALL)
+	// or "error" (SQLSTATE 0A000 outside a transaction block).
+	// Default: "pin".
+	SessionState string `yaml:"session_state"`
 
 	// ClientStatementBytes bounds the bytes of named prepared statements
 	// one client may hold in transaction mode. Default: 16 MiB.
@@ -172,8 +182,29 @@ type Config struct {
 	StartupTimeout time.Duration `yaml:"startup_timeout"`
 
 	// AcquireTimeout bounds how long a client waits for a server connection
-	// from an exhausted pool before it gets SQLSTATE 53300. Default: 30s.
-	AcquireTimeout time.Duration `yaml:"acquire_timeout"`
+	// from an exhausted pool before it gets SQLSTATE 53300 (PgBouncer's
+	// query_wait_timeout, whose name the key takes). Default: 30s.
+	AcquireTimeout time.Duration `yaml:"query_wait_timeout"`
+
+	// LegacyAcquireTimeout is the earlier name of query_wait_timeout,
+	// still read so that existing files keep working; giving both is an
+	// error.
+	LegacyAcquireTimeout time.Duration `yaml:"acquire_timeout"`
+
+	// IdleTransactionTimeout ends a client that leaves a transaction open
+	// and sends nothing for this long (FATAL 25P03; its transaction is
+	// rolled back and the server connection freed). 0 disables it, the
+	// default, as in PgBouncer.
+	IdleTransactionTimeout time.Duration `yaml:"idle_transaction_timeout"`
+
+	// ClientIdleTimeout ends a client that sends nothing for this long
+	// outside a transaction (FATAL 57P05). 0 disables it, the default.
+	ClientIdleTimeout time.Duration `yaml:"client_idle_timeout"`
+
+	// QueryTimeout cancels a request the server has not answered within
+	// this long (the client gets 57014 and keeps its session). 0 disables
+	// it, the default.
+	QueryTimeout time.Duration `yaml:"query_timeout"`
 
 	// ServerLifetime is the age after which an idle server connection is
 	// closed and replaced. Default: 1h.
@@ -335,6 +366,12 @@ func Parse(b []byte) (*Config, error) {
 		AuthMethod:    present.Auth.Method != nil,
 		MetricsListen: present.MetricsListen != nil,
 	}
+	if c.LegacyAcquireTimeout != 0 {
+		if c.AcquireTimeout != DefaultAcquireTimeout && c.AcquireTimeout != c.LegacyAcquireTimeout {
+			return nil, errors.New("acquire_timeout is the old name of query_wait_timeout: give only query_wait_timeout")
+		}
+		c.AcquireTimeout, c.LegacyAcquireTimeout = c.LegacyAcquireTimeout, 0
+	}
 	c.ApplyDefaults()
 	if err := c.Validate(); err != nil {
 		return nil, err
@@ -351,6 +388,7 @@ func Parse(b []byte) (*Config, error) {
 func (c *Config) ApplyDefaults() {
 	setIf(&c.Mode, "", DefaultMode)
 	setIf(&c.RoleChanges, "", DefaultRoleChanges)
+	setIf(&c.SessionState, "", DefaultSessionState)
 	setIf(&c.ClientStatementBytes, 0, DefaultClientStatementBytes)
 	setIf(&c.PoolSize, 0, DefaultPoolSize)
 	if !c.Explicit.MinPool && c.PoolSize > 0 && c.MinPool > c.PoolSize {
@@ -421,6 +459,9 @@ func (c *Config) Validate() error {
 	if c.RoleChanges != "refuse" && c.RoleChanges != "pin" {
 		bad("role_changes: %q is not refuse or pin", c.RoleChanges)
 	}
+	if c.SessionState != "pin" && c.SessionState != "error" {
+		bad("session_state: %q is not pin or error", c.SessionState)
+	}
 	if c.ClientStatementBytes < 1 {
 		bad("client_statement_bytes: %d must be at least 1", c.ClientStatementBytes)
 	}
@@ -486,7 +527,10 @@ func (c *Config) Validate() error {
 		v   time.Duration
 	}{
 		{"startup_timeout", c.StartupTimeout},
-		{"acquire_timeout", c.AcquireTimeout},
+		{"query_wait_timeout", c.AcquireTimeout},
+		{"idle_transaction_timeout", c.IdleTransactionTimeout},
+		{"client_idle_timeout", c.ClientIdleTimeout},
+		{"query_timeout", c.QueryTimeout},
 		{"server_lifetime", c.ServerLifetime},
 		{"server_idle_timeout", c.ServerIdleTimeout},
 		{"server_connect_timeout", c.ServerConnectTimeout},

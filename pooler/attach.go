@@ -102,10 +102,12 @@ func (s *session) acquireConn(ctx context.Context) (*backend.Conn, error) {
 	s.mu.Lock()
 	s.waitCancel = cancelWait
 	s.mu.Unlock()
+	s.waiting.Store(true)
 	if s.peer.Probe != nil {
 		s.markStuck()
 	}
 	conn, err := s.pool.Acquire(actx)
+	s.waiting.Store(false)
 	s.stuck.Store(0)
 	s.mu.Lock()
 	s.waitCancel = nil

@@ -39,6 +39,23 @@ const (
 	RoleChangesPin RoleChangePolicy = "pin"
 )
 
+// SessionStatePolicy says what transaction mode does with statements that
+// create session state the pooler cannot move to another server
+// connection: temporary tables, LISTEN, session advisory locks, cursors
+// WITH HOLD and SQL-level PREPARE (see pin.go).
+type SessionStatePolicy string
+
+const (
+	// SessionStatePin runs them and keeps the client on its server
+	// connection until it disconnects or the server holds no such state
+	// any more (after DISCARD ALL, say). It is the default.
+	SessionStatePin SessionStatePolicy = "pin"
+	// SessionStateError answers them, outside a transaction block, with
+	// SQLSTATE 0A000, for operators who prefer an error to a client that
+	// holds a server connection for its whole session.
+	SessionStateError SessionStatePolicy = "error"
+)
+
 // Config tunes the pooling state machine. The zero value of every field means
 // its documented default; call Validate (New does) before use.
 type Config struct {
@@ -63,6 +80,27 @@ type Config struct {
 	// then gets SQLSTATE 53300 saying so. Default: 30s.
 	AcquireTimeout time.Duration
 
+	// IdleTransactionTimeout ends a session whose client has left a
+	// transaction open and sent nothing for this long, since it holds a
+	// server connection (and its locks) meanwhile: the client gets
+	// PostgreSQL's FATAL 25P03 and the transaction is rolled back
+	// (PgBouncer's idle_transaction_timeout, PostgreSQL's
+	// idle_in_transaction_session_timeout). Zero disables it, the default.
+	IdleTransactionTimeout time.Duration
+
+	// ClientIdleTimeout ends a session whose client has sent nothing for
+	// this long outside a transaction, with PostgreSQL's FATAL 57P05
+	// (PgBouncer's client_idle_timeout, PostgreSQL's idle_session_timeout).
+	// Zero disables it, the default.
+	ClientIdleTimeout time.Duration
+
+	// QueryTimeout cancels a request (a Query, or the messages up to Sync)
+	// the server has not answered within this long, with a CancelRequest as
+	// a client's own cancel would: the client gets the server's 57014 and
+	// its session goes on (PgBouncer's query_timeout, which also drops the
+	// client; PostgreSQL's statement_timeout). Zero disables it, the default.
+	QueryTimeout time.Duration
+
 	// StatementCacheSize bounds the prepared statements the pooler keeps on
 	// each server connection in transaction mode; the least recently used
 	// one is closed beyond it (PgBouncer's max_prepared_statements).
@@ -86,6 +124,12 @@ type Config struct {
 	// they are always allowed and undone before the connection is lent
 	// again. Default: RoleChangesRefuse.
 	RoleChanges RoleChangePolicy
+
+	// SessionState says what transaction mode does with statements that
+	// create session state it cannot move (see SessionStatePolicy).
+	// Inside a transaction block they always run and pin the client.
+	// Default: SessionStatePin.
+	SessionState SessionStatePolicy
 
 	// ResetQuery runs on a server connection before it goes back to the pool
 	// after a session-mode client leaves. Default: "DISCARD ALL".
@@ -132,10 +176,17 @@ func (c *Config) Validate() error {
 	default:
 		return fmt.Errorf("pooler: unknown role change policy %q (want refuse or pin)", c.RoleChanges)
 	}
+	switch c.SessionState {
+	case "":
+		c.SessionState = defaults.SessionState
+	case SessionStatePin, SessionStateError:
+	default:
+		return fmt.Errorf("pooler: unknown session state policy %q (want pin or error)", c.SessionState)
+	}
 	if c.MaxClients < 0 || c.MaxMessageLen < 0 || c.StatementCacheSize < 0 || c.ClientStatementLimit < 0 || c.ClientStatementBytes < 0 {
 		return errors.New("pooler: limits must not be negative")
 	}
-	if c.StartupTimeout < 0 || c.AcquireTimeout < 0 {
+	if c.StartupTimeout < 0 || c.AcquireTimeout < 0 || c.IdleTransactionTimeout < 0 || c.ClientIdleTimeout < 0 || c.QueryTimeout < 0 {
 		return errors.New("pooler: timeouts must not be negative")
 	}
 	if c.MaxClients == 0 {

@@ -125,8 +125,9 @@ func startupHeader(length uint32, code uint32) []byte {
 }
 
 // TestMalformedStartup sends broken startup packets; each connection ends
-// (with an 08P01 error where a length is invalid) and the pooler keeps
-// serving.
+// (closed without a reply where the length is impossible, as PostgreSQL
+// does, with an error where PostgreSQL sends one) and the pooler keeps
+// serving. TestFramesBadStartup compares the replies with PostgreSQL's.
 func TestMalformedStartup(t *testing.T) {
 	h := newHarness(t, harnessOpts{cluster: sharedCluster(t), poolSize: 2})
 	ctx := testCtx(t, 2*time.Minute)
@@ -140,21 +141,24 @@ func TestMalformedStartup(t *testing.T) {
 		send     []byte
 		close    bool   // close our side right after sending
 		wantCode string // the ErrorResponse expected before the close, if any
+		silent   bool   // nothing at all comes back before the close
+		answer   byte   // the one-byte answer to an SSLRequest that comes first
 	}{
 		{name: "random bytes then close", send: random, close: true},
-		{name: "absurd length", send: append(startupHeader(0x7fffffff, 196608), "user\x00x\x00"...), wantCode: "08P01"},
-		{name: "above MaxStartupLen", send: startupHeader(10001, 196608), wantCode: "08P01"},
+		{name: "absurd length", send: append(startupHeader(0x7fffffff, 196608), "user\x00x\x00"...), silent: true},
+		{name: "above MaxStartupLen", send: startupHeader(10001, 196608), silent: true},
 		{name: "truncated then close", send: append(startupHeader(100, 196608), "user\x00post"...), close: true},
-		{name: "length 0", send: []byte{0, 0, 0, 0}, wantCode: "08P01"},
-		{name: "length 3", send: []byte{0, 0, 0, 3}, wantCode: "08P01"},
-		{name: "length 4", send: []byte{0, 0, 0, 4, 1, 2, 3, 4}, wantCode: "08P01"},
-		{name: "length 7", send: []byte{0, 0, 0, 7, 0, 3, 0}, wantCode: "08P01"},
+		{name: "length 0", send: []byte{0, 0, 0, 0}, silent: true},
+		{name: "length 3", send: []byte{0, 0, 0, 3}, silent: true},
+		{name: "length 4", send: []byte{0, 0, 0, 4, 1, 2, 3, 4}, silent: true},
+		{name: "length 7", send: []byte{0, 0, 0, 7, 0, 3, 0}, silent: true},
+		{name: "terminate", send: []byte{'X', 0, 0, 0, 4}, silent: true},
 		{name: "no terminator", send: append(startupHeader(8+6, 196608), "user\x00x"...), wantCode: "08P01"},
 		{name: "no user", send: append(startupHeader(8+1, 196608), 0), wantCode: "28000"},
-		{name: "protocol 2", send: append(startupHeader(8+1, 2<<16), 0), wantCode: "0A000"},
+		{name: "protocol 4", send: append(startupHeader(8+1, 4<<16), 0), wantCode: "0A000"},
 		{name: "cancel request with short body", send: startupHeader(8, 80877102)},
 		{name: "cancel request for unknown session", send: append(startupHeader(16, 80877102), 0, 0, 0, 1, 1, 2, 3, 4)},
-		{name: "data after SSLRequest", send: append(startupHeader(8, 80877103), 'x'), wantCode: "08P01"},
+		{name: "data after SSLRequest", send: append(startupHeader(8, 80877103), 'x'), wantCode: "08P01", answer: 'N'},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -166,6 +170,15 @@ func TestMalformedStartup(t *testing.T) {
 				_ = c.Close()
 			} else {
 				data := readUntilClose(t, c, 10*time.Second)
+				if tc.silent && len(data) > 0 {
+					t.Fatalf("got %q, want a close without a reply", data)
+				}
+				if tc.answer != 0 {
+					if len(data) == 0 || data[0] != tc.answer {
+						t.Fatalf("got %q, want the answer %q first", data, tc.answer)
+					}
+					data = data[1:]
+				}
 				if tc.wantCode != "" {
 					if er := firstError(t, data); er.Code != tc.wantCode {
 						t.Fatalf("got %s %q, want %s", er.Code, er.Message, tc.wantCode)

@@ -265,6 +265,7 @@ func TestStatementChangedBehindPoolersBack(t *testing.T) {
 		name     string
 		wantCode string // what the first attempt after the change may fail with
 		change   func(t *testing.T, pc *pgconn.PgConn)
+		pins     bool // the change pins its client: it meets the surprise itself
 	}{
 		{"removed by a function running DEALLOCATE", "26000", func(t *testing.T, pc *pgconn.PgConn) {
 			if err := runNamed(ctx, pc, "hard_x", hardStmtText); err != nil {
@@ -273,13 +274,13 @@ func TestStatementChangedBehindPoolersBack(t *testing.T) {
 			if res := pc.ExecParams(ctx, "SELECT hard_stmt_forget($1)", [][]byte{[]byte(name)}, nil, nil, nil).Read(); res.Err != nil {
 				t.Fatal(res.Err)
 			}
-		}},
+		}, false},
 		{"created by SQL PREPARE with another body", "42P05", func(t *testing.T, pc *pgconn.PgConn) {
 			// Same name, different statement: reusing it would return -1.
 			if _, err := pc.Exec(ctx, `PREPARE "`+name+`"(int) AS SELECT $1::int * -1`).ReadAll(); err != nil {
 				t.Fatal(err)
 			}
-		}},
+		}, true},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -287,7 +288,12 @@ func TestStatementChangedBehindPoolersBack(t *testing.T) {
 			x := h.connect(ctx, t).PgConn()
 			tc.change(t, x)
 
-			y := h.connect(ctx, t).PgConn()
+			// SQL PREPARE pins x to the pool's only server connection
+			// (pin.go) until it leaves, so x itself meets the surprise.
+			y := x
+			if !tc.pins {
+				y = h.connect(ctx, t).PgConn()
+			}
 			if err := runNamed(ctx, y, "hard_first", hardStmtText); err != nil && pgCode(err) != tc.wantCode {
 				t.Fatalf("first attempt after the change: %v (only %s is acceptable)", err, tc.wantCode)
 			}
@@ -296,6 +302,11 @@ func TestStatementChangedBehindPoolersBack(t *testing.T) {
 			}
 			if err := runNamed(ctx, x, "hard_x_next", hardStmtText); err != nil {
 				t.Errorf("the client that made the change, next attempt: %v", err)
+			}
+			if tc.pins {
+				if err := x.Close(ctx); err != nil {
+					t.Fatal(err)
+				}
 			}
 			z := h.connect(ctx, t).PgConn()
 			if err := runNamed(ctx, z, "hard_z", hardStmtText); err != nil {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/pgquic/pgquic/backend"
 	"github.com/pgquic/pgquic/internal/pgtest"
@@ -33,6 +34,7 @@ type harnessOpts struct {
 	poolSize int
 	minPool  int
 	cluster  *pgtest.Cluster // reuse a cluster
+	reg      prometheus.Registerer
 }
 
 func newHarness(t testing.TB, o harnessOpts) *harness {
@@ -55,7 +57,7 @@ func newHarness(t testing.TB, o harnessOpts) *harness {
 		cancel()
 		t.Fatalf("backend.NewManager: %v", err)
 	}
-	p, err := pooler.New(o.cfg, mgr, nil, nil)
+	p, err := pooler.New(o.cfg, mgr, nil, o.reg)
 	if err != nil {
 		cancel()
 		t.Fatalf("pooler.New: %v", err)

@@ -53,6 +53,8 @@ type sqlInfo struct {
 	paramsAll bool     // RESET ALL, or set_config of a parameter the lexer cannot name
 	resetAll  bool     // RESET ALL
 	copy      bool     // a COPY, which may leave the server waiting for the client's data
+
+	pins pinInfo // unmovable session state (pin.go)
 }
 
 // inspectSQL reads what a Query's or Parse's text does to transactions and
@@ -63,10 +65,10 @@ func inspectSQL(sql []byte) sqlInfo {
 	}
 	text := unsafe.String(&sql[0], len(sql)) // sql is not modified while text is in use
 	sum := sqllex.Classify(text).Flags
+	info := sqlInfo{pins: readPins(text, sum), copy: sum&sqllex.Copy != 0}
 	if sum&(identityChange|sqllex.Transaction|sessionParams|sqllex.DiscardAll) == 0 {
-		return sqlInfo{copy: sum&sqllex.Copy != 0}
+		return info
 	}
-	info := sqlInfo{copy: sum&sqllex.Copy != 0}
 	if sum&identityChange != 0 && sum&sqllex.Unsure != 0 {
 		// Unterminated, or split differently with standard_conforming_strings
 		// off: take it as an identity change outside any block.
@@ -119,11 +121,14 @@ func (a *attachment) inBlock() bool {
 // checkIdentity refuses an identity change outside a transaction block
 // under RoleChangesRefuse, before any server connection is taken for it.
 func (s *session) checkIdentity(info sqlInfo) error {
+	if err := s.checkState(info); err != nil {
+		return err
+	}
 	if !info.identity || !info.outside || s.p.cfg.RoleChanges != RoleChangesRefuse {
 		return nil
 	}
 	s.mu.Lock()
-	ok := s.pinned || (s.att != nil && !s.att.released && s.att.inBlock())
+	ok := s.pin.held&pinRole != 0 || (s.att != nil && !s.att.released && s.att.inBlock())
 	s.mu.Unlock()
 	if ok {
 		return nil
@@ -139,11 +144,10 @@ func (s *session) checkIdentity(info sqlInfo) error {
 // noteSQL records, once a's server is about to run the statement, what it
 // does to the transaction and the identity. s.mu must be held.
 func (s *session) noteSQL(a *attachment, info sqlInfo) {
-	if info.identity && !s.pinned {
+	if info.identity && s.pin.held&pinRole == 0 {
 		if info.outside && !a.inBlock() {
 			// Only RoleChangesPin gets here (checkIdentity refused it otherwise).
-			s.pinned = true
-			s.log.Info("client pinned to its server connection after an identity change", "server_pid", a.conn.PID)
+			s.pinLocked(a, pinRole, "an identity change")
 		} else {
 			a.identity = true
 		}
@@ -160,21 +164,21 @@ func (s *session) noteSQL(a *attachment, info sqlInfo) {
 		a.st.clientSet(info.resets, false)
 		s.clientParamsLocked(info, true)
 	}
+	s.noteState(a, info.pins)
 }
 
 // identityReported handles an identity change the server reported but the
 // lexer did not see. s.mu must be held.
 func (s *session) identityReported(a *attachment) {
 	switch {
-	case s.pinned || s.p.cfg.Mode == ModeSession:
+	case s.pin.held&pinRole != 0 || s.p.cfg.Mode == ModeSession:
 	case a.identity:
 		// The lexer saw the change inside a block; the report comes
 		// only at ReadyForQuery, after the block may have ended.
 	case a.inBlock():
 		a.identity = true
 	default:
-		s.pinned = true
-		s.log.Info("client pinned to its server connection after an identity change the server reported", "server_pid", a.conn.PID)
+		s.pinLocked(a, pinRole, "an identity change the server reported")
 	}
 }
 

@@ -2,6 +2,7 @@ package pooler
 
 import (
 	"errors"
+	"fmt"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -12,10 +13,16 @@ type metrics struct {
 	clients      prometheus.Gauge
 	sessions     *prometheus.CounterVec
 	transactions prometheus.Counter
+	assignments  prometheus.Counter
 	errors       *prometheus.CounterVec
 	prepares     prometheus.Counter
 	cancels      prometheus.Counter
 	waitSeconds  prometheus.Histogram
+	bytesIn      *prometheus.CounterVec
+	bytesOut     *prometheus.CounterVec
+	serverErrors *prometheus.CounterVec
+	pins         *prometheus.CounterVec
+	pinned       prometheus.Gauge
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -30,7 +37,11 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}, []string{"transport"}),
 		transactions: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: "pgquic", Subsystem: "pooler", Name: "transactions_total",
-			Help: "Times a server connection was lent to a client and returned (transactions in transaction mode).",
+			Help: "Transactions clients completed (explicit blocks and implicit single-statement ones), in either pooling mode.",
+		}),
+		assignments: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "pgquic", Subsystem: "pooler", Name: "server_assignments_total",
+			Help: "Times a server connection was lent to a client and returned (per transaction in transaction mode, per session in session mode).",
 		}),
 		errors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "pgquic", Subsystem: "pooler", Name: "errors_total",
@@ -49,17 +60,88 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help:    "Time clients waited for a server connection.",
 			Buckets: []float64{.0001, .0005, .001, .005, .01, .05, .1, .5, 1, 5, 30},
 		}),
+		bytesIn: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "pgquic", Subsystem: "pooler", Name: "client_received_bytes_total",
+			Help: "Protocol bytes received from clients (after TLS decryption), by front-end transport.",
+		}, []string{"transport"}),
+		bytesOut: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "pgquic", Subsystem: "pooler", Name: "client_sent_bytes_total",
+			Help: "Protocol bytes sent to clients (before TLS encryption), by front-end transport.",
+		}, []string{"transport"}),
+		serverErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "pgquic", Subsystem: "pooler", Name: "server_errors_total",
+			Help: "ErrorResponses the server sent to clients (forwarded by the pooler), by SQLSTATE class (the code's first two characters: 23 integrity, 42 syntax or access, 57 operator intervention...).",
+		}, []string{"class"}),
+		pins: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "pgquic", Subsystem: "pooler", Name: "pins_total",
+			Help: "Times a transaction-mode client was pinned to its server connection, by the kind of session state that pinned it.",
+		}, []string{"reason"}),
+		pinned: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: "pgquic", Subsystem: "pooler", Name: "pinned_clients",
+			Help: "Transaction-mode clients currently pinned to their server connection.",
+		}),
 	}
 	if reg == nil {
 		return m, nil
 	}
-	for _, c := range []prometheus.Collector{m.clients, m.sessions, m.transactions, m.errors, m.prepares, m.cancels, m.waitSeconds} {
-		if err := reg.Register(c); err != nil {
-			var are prometheus.AlreadyRegisteredError
-			if !errors.As(err, &are) {
-				return nil, err
-			}
-		}
+	// Several poolers may share one registry (tests, or a program running
+	// two): the second one adopts the series the first registered, so both
+	// count into what /metrics shows instead of into unregistered copies.
+	var err error
+	if m.clients, err = register(reg, m.clients); err != nil {
+		return nil, err
+	}
+	if m.sessions, err = register(reg, m.sessions); err != nil {
+		return nil, err
+	}
+	if m.transactions, err = register(reg, m.transactions); err != nil {
+		return nil, err
+	}
+	if m.assignments, err = register(reg, m.assignments); err != nil {
+		return nil, err
+	}
+	if m.errors, err = register(reg, m.errors); err != nil {
+		return nil, err
+	}
+	if m.prepares, err = register(reg, m.prepares); err != nil {
+		return nil, err
+	}
+	if m.cancels, err = register(reg, m.cancels); err != nil {
+		return nil, err
+	}
+	if m.waitSeconds, err = register(reg, m.waitSeconds); err != nil {
+		return nil, err
+	}
+	if m.bytesIn, err = register(reg, m.bytesIn); err != nil {
+		return nil, err
+	}
+	if m.bytesOut, err = register(reg, m.bytesOut); err != nil {
+		return nil, err
+	}
+	if m.serverErrors, err = register(reg, m.serverErrors); err != nil {
+		return nil, err
+	}
+	if m.pins, err = register(reg, m.pins); err != nil {
+		return nil, err
+	}
+	if m.pinned, err = register(reg, m.pinned); err != nil {
+		return nil, err
 	}
 	return m, nil
+}
+
+// register registers c with reg and returns it, or the collector already
+// registered under the same description when there is one of c's type.
+func register[C prometheus.Collector](reg prometheus.Registerer, c C) (C, error) {
+	err := reg.Register(c)
+	if err == nil {
+		return c, nil
+	}
+	var are prometheus.AlreadyRegisteredError
+	if errors.As(err, &are) {
+		if existing, ok := are.ExistingCollector.(C); ok {
+			return existing, nil
+		}
+	}
+	return c, fmt.Errorf("pooler: register metrics: %w", err)
 }

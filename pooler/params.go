@@ -93,7 +93,7 @@ func (s *session) desiredKey() string {
 		} else {
 			s.reapply = append(s.reapply, ", "...)
 		}
-		s.reapply = append(s.reapply, "pg_catalog.set_config("+quoteLiteral(k)+", "+quoteLiteral(s.desired[k])+", false)"...)
+		s.reapply = append(s.reapply, "pg_catalog.set_config("+quoteLiteral(k)+", "+quoteValue(s.desired[k])+", false)"...)
 	}
 	if len(s.reapply) > 0 {
 		s.reapply = appendQuery(nil, string(s.reapply))
@@ -140,6 +140,7 @@ func (s *session) syncParams(ctx context.Context, conn *backend.Conn) (pipelined
 		return "", nil
 	}
 	if key := s.desiredKey(); st.syncedKey == key && !st.dirtyAll {
+		s.adoptReported(conn)
 		return "", nil
 	}
 	// set_config takes the value exactly as a startup packet would, which a
@@ -162,7 +163,7 @@ func (s *session) syncParams(ctx context.Context, conn *backend.Conn) (pipelined
 		} else {
 			sets.WriteString(", ")
 		}
-		fmt.Fprintf(&sets, "pg_catalog.set_config(%s, %s, false)", quoteLiteral(k), quoteLiteral(v))
+		fmt.Fprintf(&sets, "pg_catalog.set_config(%s, %s, false)", quoteLiteral(k), quoteValue(v))
 	}
 	var resetUnreported []string
 	for k := range st.set {
@@ -205,6 +206,7 @@ func (s *session) syncParams(ctx context.Context, conn *backend.Conn) (pipelined
 		// implicit transaction and was rolled back: nothing changed.
 		return "", err
 	}
+	s.adoptReported(conn)
 	st.synced(s, setUnreported, resetUnreported)
 	s.proven = true
 	return "", nil
@@ -235,6 +237,20 @@ func (s *session) syncedParameter(a *attachment, body []byte) {
 		a.conn.Params = make(map[string]string)
 	}
 	a.conn.Params[ps.Name] = ps.Value
+}
+
+// adoptReported makes the client's reported parameters the server's
+// spelling of them once conn has applied them (UTF8 for utf-8, "ISO, MDY"
+// for iso), as PostgreSQL reports them. A value the server already had
+// produced no ParameterStatus, so they are read back from what conn last
+// reported.
+func (s *session) adoptReported(conn *backend.Conn) {
+	for k, want := range s.desired {
+		if v, ok := conn.Params[k]; ok && trackedReported[k] && want != v {
+			s.desired[k] = v
+			s.paramKey = ""
+		}
+	}
 }
 
 // paramUnknown stands, in serverState.set, for a value a client gave a
@@ -520,7 +536,7 @@ func (s *session) followLocked(a *attachment) error {
 				b.WriteString(", ")
 			}
 			first = false
-			fmt.Fprintf(&b, "pg_catalog.set_config(%s, %s, false)", quoteLiteral(k), quoteLiteral(v))
+			fmt.Fprintf(&b, "pg_catalog.set_config(%s, %s, false)", quoteLiteral(k), quoteValue(v))
 		}
 		b.WriteString(";")
 		q.snapshot++ // its RowDescription comes first

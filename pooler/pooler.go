@@ -22,6 +22,7 @@ import (
 	"log/slog"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -50,6 +51,7 @@ type Pooler struct {
 	wg     sync.WaitGroup
 
 	starting startingLimiter // sessions not yet authenticated (startup.go)
+	canon    canonTable      // the server's spelling of clients' startup values (greeting.go)
 }
 
 // New builds a Pooler. pools resolves a client's database and user to a
@@ -77,6 +79,11 @@ func New(cfg Config, pools PoolSource, logger *slog.Logger, reg prometheus.Regis
 		sessions: make(map[uint32]*session),
 	}
 	p.epoch.Store(1) // a session's stuck mark of 0 means "not waiting"
+	if reg != nil {
+		if err := registerStates(reg, p); err != nil {
+			return nil, err
+		}
+	}
 	return p, nil
 }
 
@@ -93,8 +100,11 @@ func (p *Pooler) Serve(ctx context.Context, rwc io.ReadWriteCloser, peer Peer) e
 	defer p.unregister(s)
 	stop := context.AfterFunc(ctx, s.kill)
 	defer stop()
+	start := time.Now()
 	err := s.run(ctx)
+	s.stopTimers()
 	s.close()
+	s.logEnd(time.Since(start), err)
 	return err
 }
 

@@ -32,13 +32,16 @@ const (
 // entry is one expected reply, in the order the server will send them.
 type entry struct {
 	kind      entryKind
-	injected  bool   // sent by the pooler: swallow the success reply
-	quiet     bool   // pooler query: swallow every reply, ReadyForQuery included
-	reset     bool   // the session-mode reset query: forget the server's statements
-	stmt      string // server statement name of a Parse, dropped from the cache on error
-	unnamed   bool   // a Parse of the unnamed statement
-	synthetic []byte // eSynthetic: bytes to write
-	rfq       bool   // eSynthetic: follow with ReadyForQuery(current status)
+	injected  bool      // sent by the pooler: swallow the success reply
+	quiet     bool      // pooler query: swallow every reply, ReadyForQuery included
+	reset     bool      // the session-mode reset query: forget the server's statements
+	probe     bool      // the pooler's session-state probe (pin.go)
+	gen       uint64    // probe: the session's pin generation when it was sent
+	stmt      string    // server statement name of a Parse, dropped from the cache on error
+	unnamed   bool      // a Parse of the unnamed statement
+	synthetic []byte    // eSynthetic: bytes to write
+	rfq       bool      // eSynthetic: follow with ReadyForQuery(current status)
+	start     time.Time // eSync, eQuery, eFunc: when the request they end began (see noteRequest)
 
 	// A client's Parse of a named statement: the name to drop again if the
 	// server rejects or skips the Parse, as PostgreSQL would not create it.
@@ -59,6 +62,9 @@ type attachment struct {
 	head   int
 	status byte // last ReadyForQuery status
 
+	batchStart time.Time // first message of the client's request not yet closed by Sync (see noteRequest)
+	txStart    time.Time // first request of the transaction in progress
+
 	released   bool // the relay gave the connection back (or lost it)
 	skipping   bool // the server reported an error and skips messages until Sync
 	relaying   bool // a relay goroutine runs for this attachment
@@ -68,6 +74,7 @@ type attachment struct {
 	copy       bool // a COPY was sent since the last ReadyForQuery: nothing may follow its synchronisation message
 	identity   bool // an identity change may outlive the transaction: reset before release
 	destroy    bool // close the connection instead of returning it
+	fatalSent  bool // the server's own FATAL error was forwarded to the client: add none of ours
 	clientGone atomic.Bool
 	quiet      atomic.Int32 // quiet entries queued: the relay's fast path must not forward their rows
 	done       chan struct{}
@@ -79,6 +86,7 @@ type attachment struct {
 // skipping messages after an error (until Sync), it produces none: the entry
 // is discarded at once. s.mu must be held.
 func (s *session) push(a *attachment, e entry) {
+	s.noteRequest(a, &e)
 	if a.skipping {
 		if e.kind != eSync {
 			s.discard(a, &e)
@@ -246,10 +254,6 @@ func (s *session) relayOne(a *attachment) relayResult {
 		if head != nil && head.params != nil {
 			head.params.results++
 		}
-	case 'D': // DataRow of a quiet query (the fast path forwards the others)
-		if head != nil && head.params != nil {
-			head.params.row(body)
-		}
 	case 'n': // NoData
 		pop = head != nil && head.kind == eDescribe
 	case 'C', 'I', 's': // CommandComplete, EmptyQueryResponse, PortalSuspended
@@ -271,9 +275,27 @@ func (s *session) relayOne(a *attachment) relayResult {
 		default:
 			s.noteParameter(a, body, quiet)
 		}
+	case 'D': // DataRow: only a quiet query's comes here
+		switch {
+		case head != nil && head.probe:
+			s.probeRowLocked(body)
+		case head != nil && head.params != nil:
+			head.params.row(body)
+		}
+	case 'A': // NotificationResponse: the client's, whatever query runs
+		forward = true
 	case 'E':
 		if head != nil && head.params != nil {
 			head.params.failed = true
+		}
+		if !quiet {
+			s.p.m.serverErrors.WithLabelValues(sqlstateClass(body)).Inc()
+		}
+		if forward && isFatal(body) {
+			// PostgreSQL closes the connection after a FATAL error (57P01
+			// after pg_terminate_backend, for instance): the client hears
+			// why from the server and nothing more from the pooler.
+			a.fatalSent = true
 		}
 		if head != nil && head.stmt != "" {
 			s.statementError(a, head, body)
@@ -309,9 +331,13 @@ func (s *session) relayOne(a *attachment) relayResult {
 			a.copy = false
 		}
 		if head = a.front(); head != nil {
+			s.noteReady(a, head, a.status)
 			forward = !head.quiet
 			if head.reset {
 				a.st.reset()
+			}
+			if head.probe {
+				s.probeDoneLocked(a, head)
 			}
 			if head.params != nil {
 				s.paramQueryDone(a, head.params)
@@ -329,6 +355,9 @@ func (s *session) relayOne(a *attachment) relayResult {
 	}
 	if pop {
 		a.pop()
+		if typ == 'Z' {
+			s.queryAnsweredLocked(a)
+		}
 	}
 	s.emitSynthetic(a)
 	if typ == 'Z' && a.pending() == 0 {
@@ -362,18 +391,34 @@ func (s *session) statementError(a *attachment, e *entry, body []byte) {
 
 // errorCode returns the SQLSTATE field of an ErrorResponse body.
 func errorCode(body []byte) string {
+	return string(errorField(body, 'C'))
+}
+
+// isFatal reports whether an ErrorResponse body says FATAL or PANIC, after
+// which PostgreSQL closes the connection. The non-localised severity (V,
+// sent since PostgreSQL 9.6) is preferred over the localised one (S).
+func isFatal(body []byte) bool {
+	sev := errorField(body, 'V')
+	if sev == nil {
+		sev = errorField(body, 'S')
+	}
+	return string(sev) == "FATAL" || string(sev) == "PANIC"
+}
+
+// errorField returns field f of an ErrorResponse or NoticeResponse body, or
+// nil when it is absent.
+func errorField(body []byte, f byte) []byte {
 	for len(body) > 1 {
-		f := body[0]
 		i := bytes.IndexByte(body[1:], 0)
 		if i < 0 {
-			return ""
+			return nil
 		}
-		if f == 'C' {
-			return string(body[1 : 1+i])
+		if body[0] == f {
+			return body[1 : 1+i]
 		}
 		body = body[2+i:]
 	}
-	return ""
+	return nil
 }
 
 // releasable reports whether a connection at rest (ReadyForQuery seen,
@@ -437,7 +482,7 @@ func (s *session) finishRelease(a *attachment) {
 	} else {
 		a.conn.Release()
 	}
-	s.p.m.transactions.Inc()
+	s.p.m.assignments.Inc()
 	if draining {
 		s.closeClient()
 	}
@@ -463,17 +508,24 @@ func (s *session) relayStopped(a *attachment, err error) bool {
 	return true
 }
 
-// serverLost handles a broken server connection: the client is told (unless
-// the server already sent it a FATAL error) and its stream closed, and the
+// serverLost handles a broken server connection: the client is told with
+// FATAL 08006 (unless the server already sent it a FATAL error of its own,
+// after which PostgreSQL sends nothing more) and its stream closed, and the
 // connection is destroyed.
 func (s *session) serverLost(a *attachment, err error) {
 	s.mu.Lock()
 	a.released = true
 	a.destroy = true
 	gone := a.clientGone.Load() || a.closing
+	told := a.fatalSent
 	s.busy.Store(false)
 	s.mu.Unlock()
-	if !gone {
+	switch {
+	case gone:
+	case told:
+		_ = s.flushClient()
+		s.log.Info("server connection closed after a FATAL error", "err", err)
+	default:
 		pe := fatal(pgproto.CodeConnectionFailure, "server connection lost", errors.Join(ErrServerLost, err))
 		s.p.m.errors.WithLabelValues(pe.Code).Inc()
 		_ = s.writeClient(pe.encode(nil))

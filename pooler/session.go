@@ -70,6 +70,12 @@ type session struct {
 	cwFn func() *bufio.Writer // s.clientWriter, bound once so forwarding a row allocates nothing
 	busy atomic.Bool          // a server connection is attached: keep cw
 
+	authed  atomic.Bool  // logged in (for the clients_by_state gauge)
+	waiting atomic.Bool  // waiting for a server connection (same)
+	txns    atomic.Int64 // transactions completed, for the session-end log line
+
+	timeouts // idle and query timers (timeouts.go)
+
 	stuck atomic.Uint32 // watcher epoch when the owner began waiting on the server; 0 when not (watch.go)
 
 	wmu sync.Mutex
@@ -80,7 +86,8 @@ type session struct {
 	stmtBytes  int                     // their size, for ClientStatementBytes
 	att        *attachment
 	draining   bool
-	pinned     bool               // transaction mode: an identity change keeps the server connection until the session ends
+	pinned     bool               // transaction mode: the client keeps its server connection (pin.held != 0)
+	pin        pinState           // why (pin.go)
 	restore    map[string]string  // startup values a client's RESET took away, to set again (see followLocked)
 	snapshot   bool               // the client changed parameters: read them back (see followLocked)
 	custom     map[string]bool    // custom (dotted) parameters the client set, read back by name
@@ -100,12 +107,12 @@ func newSession(p *Pooler, rwc io.ReadWriteCloser, peer Peer) *session {
 		p:    p,
 		id:   p.nextID.Add(1),
 		peer: peer,
-		rwc:  rwc,
 		// Until the client has authenticated it may send nothing larger
 		// than an authentication message; login raises the limit to
 		// MaxMessageLen.
-		cr: wire.NewReader(rwc, clientReadBuf, min(maxPasswordPacketLen-4, p.cfg.MaxMessageLen)),
 	}
+	s.rwc = s.countBytes(rwc)
+	s.cr = wire.NewReader(s.rwc, clientReadBuf, min(maxPasswordPacketLen-4, p.cfg.MaxMessageLen))
 	s.cwFn = s.clientWriter
 	s.log = p.log.With("transport", peer.Transport)
 	if peer.Addr != nil {
@@ -119,6 +126,7 @@ func newSession(p *Pooler, rwc io.ReadWriteCloser, peer Peer) *session {
 // rwc changes only under s.mu; if the session was closed meanwhile, the new
 // stream is closed too.
 func (s *session) setStream(rwc io.ReadWriteCloser) {
+	rwc = s.countBytes(rwc)
 	s.mu.Lock()
 	s.cwMu.Lock()
 	s.rwc = rwc
@@ -166,9 +174,19 @@ func (s *session) loop(ctx context.Context) error {
 				continue
 			}
 		}
+		idle := s.cr.Buffered() == 0
+		if idle {
+			s.armIdle()
+		}
 		typ, n, err := s.cr.Next()
+		if idle {
+			s.disarmIdle()
+		}
 		s.msgLen = wire.HeaderLen + n
 		if err != nil {
+			if pe := s.fired.Load(); pe != nil {
+				return pe // an idle timeout ended the session and told the client
+			}
 			if errors.Is(err, wire.ErrBadLength) || errors.Is(err, wire.ErrMessageTooLarge) {
 				return s.fail(fatal(pgproto.CodeProtocolViolation, "invalid message length", err))
 			}
@@ -215,6 +233,7 @@ func (s *session) loop(ctx context.Context) error {
 func (s *session) serveReplies() bool {
 	s.mu.Lock()
 	a := s.att
+	s.relayNotificationsLocked(a)
 	if a == nil || a.released || a.relaying || a.pending() == 0 {
 		s.mu.Unlock()
 		return false
@@ -301,10 +320,11 @@ func (s *session) handleSync(ctx context.Context) error {
 	s.push(a, entry{kind: eSync})
 	var err error
 	if len(s.restore) == 0 && !s.snapshot {
-		err = s.writeServer(a, nil)
+		err = s.syncProbingLocked(a)
 	} else if err = s.cr.Skip(); err == nil {
-		// The pooler's parameter query goes right behind the Sync.
-		if err = s.writeServer(a, syncMsg); err == nil {
+		// The pooler's queries go right behind the Sync: the probe
+		// (pin.go), then the parameters' (see followLocked).
+		if err = s.writeServerProbing(a, syncMsg); err == nil {
 			err = s.followLocked(a)
 		}
 	}

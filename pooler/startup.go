@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/netip"
 	"strings"
@@ -166,27 +167,27 @@ func (s *session) readStartup(ctx context.Context) (*startupParams, error) {
 	for {
 		body, err := s.cr.ReadStartup()
 		if err != nil {
-			if errors.Is(err, wire.ErrBadLength) || errors.Is(err, wire.ErrMessageTooLarge) {
-				return nil, s.fail(fatal(pgproto.CodeProtocolViolation, "invalid length of startup packet", err))
-			}
-			return nil, fmt.Errorf("reading startup packet: %w", err)
+			return nil, s.badStartup(err)
 		}
 		code := binary.BigEndian.Uint32(body)
 		switch code {
 		case pgproto.SSLRequestCode:
+			answer := byte('S')
+			if s.peer.StartTLS == nil || s.secure {
+				answer = 'N'
+			}
 			if s.cr.Buffered() > 0 {
 				// Bytes after an SSLRequest would be read as if encrypted
-				// (CVE-2021-23214); PostgreSQL refuses them too.
+				// (CVE-2021-23214); PostgreSQL refuses them too, after
+				// its answer.
+				_ = s.writeRaw([]byte{answer})
 				return nil, s.fail(fatal(pgproto.CodeProtocolViolation, "received unencrypted data after SSL request", nil))
 			}
-			if s.peer.StartTLS == nil || s.secure {
-				if err := s.writeRaw([]byte{'N'}); err != nil {
-					return nil, err
-				}
-				continue
-			}
-			if err := s.writeRaw([]byte{'S'}); err != nil {
+			if err := s.writeRaw([]byte{answer}); err != nil {
 				return nil, err
+			}
+			if answer == 'N' {
+				continue
 			}
 			rwc, err := s.peer.StartTLS(ctx)
 			if err != nil {
@@ -197,6 +198,7 @@ func (s *session) readStartup(ctx context.Context) (*startupParams, error) {
 			continue
 		case pgproto.GSSEncRequestCode:
 			if s.cr.Buffered() > 0 {
+				_ = s.writeRaw([]byte{'N'})
 				return nil, s.fail(fatal(pgproto.CodeProtocolViolation, "received unencrypted data after GSSAPI encryption request", nil))
 			}
 			if err := s.writeRaw([]byte{'N'}); err != nil {
@@ -214,9 +216,17 @@ func (s *session) readStartup(ctx context.Context) (*startupParams, error) {
 		}
 		major, minor := code>>16, uint16(code&0xffff)
 		if major != pgproto.ProtocolMajor {
-			return nil, s.fail(fatal(pgproto.CodeFeatureNotSupported,
-				fmt.Sprintf("unsupported frontend protocol %d.%d: server supports %d.0 to %d.%d", major, minor,
-					pgproto.ProtocolMajor, pgproto.ProtocolMajor, pgproto.ProtocolMinor), nil))
+			msg := fmt.Sprintf("unsupported frontend protocol %d.%d: server supports %d.0 to %d.%d", major, minor,
+				pgproto.ProtocolMajor, pgproto.ProtocolMajor, pgproto.ProtocolMinor)
+			if major < pgproto.ProtocolMajor {
+				// A client speaking protocol 2 or older reads errors in
+				// that protocol's format, which is how PostgreSQL answers.
+				s.log.Info("refusing an old protocol version", "protocol", fmt.Sprintf("%d.%d", major, minor))
+				s.p.m.errors.WithLabelValues(pgproto.CodeFeatureNotSupported).Inc()
+				_ = s.writeRaw(appendV2Error(nil, msg))
+				return nil, fatal(pgproto.CodeFeatureNotSupported, msg, nil)
+			}
+			return nil, s.fail(fatal(pgproto.CodeFeatureNotSupported, msg, nil))
 		}
 		sp, perr := parseStartup(body[4:])
 		if perr != nil {
@@ -225,6 +235,42 @@ func (s *session) readStartup(ctx context.Context) (*startupParams, error) {
 		sp.minor = minor
 		return sp, nil
 	}
+}
+
+// errBadStartup ends a session whose first packet is not a startup packet
+// (an impossible length) or that ended before sending a whole one.
+var errBadStartup = errors.New("bad startup packet")
+
+// badStartup handles a failed read of a startup-phase packet the way
+// PostgreSQL does (ProcessStartupPacket in src/backend/postmaster): an
+// impossible length ("invalid length of startup packet", also what a
+// Terminate or stray bytes before any startup packet look like) or a packet
+// cut short ("incomplete startup packet") is logged and the connection
+// closed without a reply, and a client that connects and closes without
+// sending anything is not even logged. The client is not told: nothing it
+// sent so far says it speaks the protocol.
+func (s *session) badStartup(err error) error {
+	switch {
+	case errors.Is(err, wire.ErrBadLength), errors.Is(err, wire.ErrMessageTooLarge):
+		s.log.Info("invalid length of startup packet", "err", err)
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		s.log.Info("incomplete startup packet")
+	case errors.Is(err, io.EOF):
+		s.log.Debug("client closed before sending a startup packet")
+	default:
+		return fmt.Errorf("reading startup packet: %w", err)
+	}
+	return fmt.Errorf("%w: %w", errBadStartup, err)
+}
+
+// appendV2Error appends a FATAL error in the format of protocol 2 ('E' and a
+// NUL-terminated text), which is how PostgreSQL refuses a client that asked
+// for protocol 2 or older.
+func appendV2Error(dst []byte, msg string) []byte {
+	dst = append(dst, 'E')
+	dst = append(dst, "FATAL:  "...)
+	dst = append(dst, msg...)
+	return append(dst, '\n', 0)
 }
 
 // parseStartup decodes the name/value pairs of a StartupMessage.
@@ -369,6 +415,12 @@ func (s *session) login(ctx context.Context, sp *startupParams, authenticated fu
 	}
 	authenticated()
 	s.cr.SetMaxLen(p.cfg.MaxMessageLen)
+	// AuthenticationOk goes out with whatever comes next, the greeting or
+	// an error: PostgreSQL too says a client is authenticated before it
+	// checks the database and applies the startup parameters.
+	if err := s.writeClient(authenticationOk); err != nil {
+		return err
+	}
 
 	pool, err := p.pools.Pool(ctx, sp.db, sp.user)
 	if errors.Is(err, backend.ErrTooManyPools) {
@@ -410,26 +462,24 @@ func (s *session) login(ctx context.Context, sp *startupParams, authenticated fu
 		}
 	}
 	if s.desired == nil {
-		s.initDesired(defaults, sp.params)
+		// Transaction mode: the greeting reports the client's values in the
+		// server's spelling (see greeting.go).
+		if err := s.canonicalStartup(ctx, defaults, sp); err != nil {
+			return s.fail(asFatal(err))
+		}
 	}
 
-	msgs := make([]pgproto3.BackendMessage, 0, len(defaults)+3)
-	msgs = append(msgs, &pgproto3.AuthenticationOk{})
-	for k, v := range defaults {
-		if d, ok := s.desired[k]; ok {
-			v = d
-		}
-		if k == "server_version" && p.cfg.ServerVersion != "" {
-			v = p.cfg.ServerVersion
-		}
-		msgs = append(msgs, &pgproto3.ParameterStatus{Name: k, Value: v})
-	}
+	msgs := s.greeting(defaults)
 	msgs = append(msgs,
 		&pgproto3.BackendKeyData{ProcessID: s.pid, SecretKey: s.secret[:]},
 		&pgproto3.ReadyForQuery{TxStatus: 'I'})
 	s.loggedIn = true
+	s.authed.Store(true)
 	return s.send(msgs...)
 }
+
+// authenticationOk is the AuthenticationOk message.
+var authenticationOk = []byte{'R', 0, 0, 0, 8, 0, 0, 0, 0}
 
 // asFatal turns an error from acquiring a server connection into what the
 // client is told during startup.

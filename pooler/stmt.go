@@ -11,6 +11,7 @@ import (
 	"unsafe"
 
 	"github.com/pgquic/pgquic/internal/pgproto"
+	"github.com/pgquic/pgquic/internal/sqllex"
 	"github.com/pgquic/pgquic/internal/wire"
 )
 
@@ -503,7 +504,7 @@ func (s *session) handleQuery(ctx context.Context) error {
 		s.mu.Lock()
 		_, known := s.stmts[arg]
 		switch {
-		case arg == "all":
+		case arg == "all" && s.pin.held&sqllex.HeldPrepare == 0: // else SQL PREPAREs must go too
 			s.clearClientStmts(nil)
 			s.unnamed = nil
 			s.mu.Unlock()
@@ -531,7 +532,7 @@ func (s *session) handleQuery(ctx context.Context) error {
 	a.st.unnamedOK = false // a simple Query destroys the unnamed statement
 	// A DEALLOCATE or DISCARD that reaches the server, in this protocol or
 	// the extended one, is seen by its command tag (see serverDropped).
-	if err := s.writeServer(a, s.frame('Q', body)); err != nil {
+	if err := s.writeServerProbing(a, s.frame('Q', body)); err != nil {
 		return err
 	}
 	return s.followLocked(a)

@@ -131,6 +131,7 @@ func (s *session) close() {
 			if sessionLike {
 				q = appendQuery(q, s.p.cfg.ResetQuery)
 				s.push(a, entry{kind: eQuery, quiet: true, reset: true})
+				q = s.appendStateReset(a, q, s.p.cfg.ResetQuery)
 			}
 			if len(q) == 0 {
 				// Nothing to undo: wake the relay so it returns the connection.
@@ -162,6 +163,7 @@ func (s *session) close() {
 		}
 	}
 	s.closeClient()
+	s.endPins()
 	if s.counted {
 		s.p.active.Add(-1)
 		s.p.m.clients.Dec()

@@ -113,8 +113,8 @@ func TestMaxConnsRefused(t *testing.T) {
 	if code, ok := quicclient.RemoteErrorCode(err); !ok || code != quicclient.ErrCodeTooManyConns {
 		t.Fatalf("want too_many_conns, got %v", err)
 	}
-	if got := quictest.GaugeValue(t, s.reg, "pgquic_quic_conns_refused_total"); got < 1 {
-		t.Fatalf("conns_refused_total = %v", got)
+	if got := quictest.GaugeValue(t, s.reg, "pgquic_quic_connections_refused_total"); got < 1 {
+		t.Fatalf("connections_refused_total = %v", got)
 	}
 }
 
@@ -135,8 +135,11 @@ func TestStartupTimeout(t *testing.T) {
 	if code, ok := quicclient.RemoteErrorCode(err); !ok || code != quicclient.ErrCodeStartupTimeout {
 		t.Fatalf("want startup_timeout reset, got %v", err)
 	}
-	if got := quictest.GaugeValue(t, s.reg, "pgquic_quic_streams_refused_total"); got != 1 {
-		t.Fatalf("streams_refused_total = %v", got)
+	if got := quictest.GaugeValue(t, s.reg, "pgquic_quic_streams_abandoned_total"); got != 1 {
+		t.Fatalf("streams_abandoned_total = %v", got)
+	}
+	if got := quictest.GaugeValue(t, s.reg, "pgquic_quic_streams_refused_total"); got != 0 {
+		t.Fatalf("streams_refused_total = %v after a client's silence, want 0: the server refused nothing", got)
 	}
 }
 

@@ -137,11 +137,16 @@ func (c *ServerConfig) populate() error {
 
 // serverMetrics are the pgquic_quic_* series.
 type serverMetrics struct {
-	conns         prometheus.Gauge
-	streams       prometheus.Gauge
-	streamsTotal  prometheus.Counter
-	connsRefused  prometheus.Counter
-	streamsFailed *prometheus.CounterVec
+	conns        prometheus.Gauge
+	streams      prometheus.Gauge
+	streamsTotal prometheus.Counter
+	connsRefused prometheus.Counter
+	// streamsRefused counts streams the server turned away (beyond
+	// MaxStreams, or during shutdown); streamsAbandoned counts streams the
+	// client gave up on before its session started. One counter for both
+	// used to read as refusals when clients merely reset their streams.
+	streamsRefused   *prometheus.CounterVec
+	streamsAbandoned *prometheus.CounterVec
 }
 
 func newServerMetrics(reg prometheus.Registerer) (*serverMetrics, error) {
@@ -153,12 +158,14 @@ func newServerMetrics(reg prometheus.Registerer) (*serverMetrics, error) {
 		streamsTotal: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "pgquic", Subsystem: "quic",
 			Name: "streams_total", Help: "QUIC streams accepted."}),
 		connsRefused: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "pgquic", Subsystem: "quic",
-			Name: "conns_refused_total", Help: "QUIC connections refused because MaxConns was reached or the server was shutting down."}),
-		streamsFailed: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "pgquic", Subsystem: "quic",
-			Name: "streams_refused_total", Help: "QUIC streams ended before a session started, by reason."}, []string{"reason"}),
+			Name: "connections_refused_total", Help: "QUIC connections refused because MaxConns was reached or the server was shutting down."}),
+		streamsRefused: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "pgquic", Subsystem: "quic",
+			Name: "streams_refused_total", Help: "QUIC streams the server refused before a session started, by reason: too_many_streams (beyond MaxStreams) or shutdown."}, []string{"reason"}),
+		streamsAbandoned: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "pgquic", Subsystem: "quic",
+			Name: "streams_abandoned_total", Help: "QUIC streams the client gave up on before a session started, by reason: startup_timeout (no startup packet in time), eof or reset."}, []string{"reason"}),
 	}
 	if reg != nil {
-		for _, c := range []prometheus.Collector{m.conns, m.streams, m.streamsTotal, m.connsRefused, m.streamsFailed} {
+		for _, c := range []prometheus.Collector{m.conns, m.streams, m.streamsTotal, m.connsRefused, m.streamsRefused, m.streamsAbandoned} {
 			if err := reg.Register(c); err != nil {
 				return nil, fmt.Errorf("quicfront: register metrics: %w", err)
 			}
@@ -414,7 +421,7 @@ func (s *Server) runConn(sc *serverConn) {
 		s.mu.Lock()
 		if s.draining || s.closed {
 			s.mu.Unlock()
-			s.m.streamsFailed.WithLabelValues("shutdown").Inc()
+			s.m.streamsRefused.WithLabelValues("shutdown").Inc()
 			sconn.Abort(pgproto.QUICServerShutdown)
 			continue
 		}
@@ -449,7 +456,7 @@ func (s *Server) overLimit(sc *serverConn, c *quicwire.Conn, wg *sync.WaitGroup,
 	select {
 	case s.limit <- struct{}{}:
 	default:
-		s.m.streamsFailed.WithLabelValues("too_many_streams").Inc()
+		s.m.streamsRefused.WithLabelValues("too_many_streams").Inc()
 		c.Abort(pgproto.QUICTooManyStreams)
 		return
 	}
@@ -486,7 +493,7 @@ var tooManyStreams = func() []byte {
 func (s *Server) refuseStream(sc *serverConn, c *quicwire.Conn, log *slog.Logger) {
 	code, err := s.awaitStartup(c, limitTimeout)
 	if err != nil {
-		s.m.streamsFailed.WithLabelValues("too_many_streams").Inc()
+		s.m.streamsRefused.WithLabelValues("too_many_streams").Inc()
 		c.Abort(pgproto.QUICTooManyStreams)
 		return
 	}
@@ -504,7 +511,7 @@ func (s *Server) refuseStream(sc *serverConn, c *quicwire.Conn, log *slog.Logger
 		_ = c.Close()
 		return
 	}
-	s.m.streamsFailed.WithLabelValues("too_many_streams").Inc()
+	s.m.streamsRefused.WithLabelValues("too_many_streams").Inc()
 	log.Debug("QUIC stream refused: MaxStreams reached", "stream", c.Stream().StreamID(), "max_streams", s.cfg.MaxStreams)
 	_ = c.SetWriteDeadline(time.Now().Add(limitTimeout))
 	_, _ = c.Write(tooManyStreams)
@@ -527,14 +534,14 @@ func (s *Server) runStream(sc *serverConn, c *quicwire.Conn, log *slog.Logger) {
 		var ne net.Error
 		switch {
 		case errors.As(err, &ne) && ne.Timeout():
-			s.m.streamsFailed.WithLabelValues("startup_timeout").Inc()
+			s.m.streamsAbandoned.WithLabelValues("startup_timeout").Inc()
 			log.Debug("QUIC stream reset: no startup packet in time", "stream", c.Stream().StreamID(), "timeout", s.cfg.StreamStartupTimeout)
 			c.Abort(pgproto.QUICStartupTimeout)
 		case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
-			s.m.streamsFailed.WithLabelValues("eof").Inc()
+			s.m.streamsAbandoned.WithLabelValues("eof").Inc()
 			_ = c.Close()
 		default:
-			s.m.streamsFailed.WithLabelValues("reset").Inc()
+			s.m.streamsAbandoned.WithLabelValues("reset").Inc()
 			_ = c.Close() // the peer reset or the connection died: Close cancels our write side too
 		}
 		return

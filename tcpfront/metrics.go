@@ -26,7 +26,7 @@ func newMetrics() metrics {
 			Help: "TCP connections accepted, including those then refused.",
 		}),
 		refused: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "pgquic_tcp_refused_total",
+			Name: "pgquic_tcp_connections_refused_total",
 			Help: "TCP connections refused with SQLSTATE 53300 because the front was at its connection limit.",
 		}),
 		cancelsAtLimit: prometheus.NewCounter(prometheus.CounterOpts{

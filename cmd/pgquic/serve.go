@@ -77,6 +77,7 @@ func parseServeFlags(args []string, stdout, stderr io.Writer) (*config.Config, e
 		serverIdle  = fs.Duration("server-idle-timeout", config.DefaultServerIdleTimeout, "close server connections idle this long, down to --min-pool (to none for --backend pools)")
 		mode        = fs.String("mode", config.DefaultMode, "pooling `mode`: transaction or session")
 		roleChanges = fs.String("role-changes", config.DefaultRoleChanges, "transaction mode, SET ROLE/SESSION AUTHORIZATION outside a transaction block: `refuse` (0A000) or pin (keep the server connection)")
+		sessState   = fs.String("session-state", config.DefaultSessionState, "transaction mode, temporary tables, LISTEN, session advisory locks, WITH HOLD cursors, SQL PREPARE: `pin` (keep the server connection while the state lasts) or error (0A000 outside a transaction block)")
 		tlsCert     = fs.String("tls-cert", "", "PEM certificate `file` for TCP TLS and QUIC; default: QUIC uses a generated self-signed certificate and TCP has no TLS")
 		tlsKey      = fs.String("tls-key", "", "PEM private key `file` matching --tls-cert")
 		requireTLS  = fs.Bool("require-tls", false, "refuse TCP clients that do not use TLS (needs --tls-cert)")
@@ -87,6 +88,10 @@ func parseServeFlags(args []string, stdout, stderr io.Writer) (*config.Config, e
 		logFormat   = fs.String("log-format", config.DefaultLogFormat, "log `format`: text or json")
 		maxClients  = fs.Int("max-client-conn", config.DefaultMaxClientConn, "maximum concurrent client sessions")
 		gracePeriod = fs.Duration("shutdown-grace", config.DefaultShutdownGrace, "how long shutdown waits for open transactions")
+		queryWait   = fs.Duration("query-wait-timeout", config.DefaultAcquireTimeout, "how long a client waits for a server connection from a busy pool before SQLSTATE 53300")
+		idleTx      = fs.Duration("idle-transaction-timeout", 0, "end a client idle this long inside a transaction (FATAL 25P03, rolled back); 0 disables")
+		clientIdle  = fs.Duration("client-idle-timeout", 0, "end a client idle this long outside a transaction (FATAL 57P05); 0 disables")
+		queryTO     = fs.Duration("query-timeout", 0, "cancel a request the server has not answered within this long (57014, the session goes on); 0 disables")
 		procs       = fs.Int("procs", 0, "OS threads running Go code (GOMAXPROCS); 0 means half the CPUs, at least 1")
 	)
 	fs.Usage = func() {
@@ -130,6 +135,8 @@ func parseServeFlags(args []string, stdout, stderr io.Writer) (*config.Config, e
 			cfg.Mode = *mode
 		case "role-changes":
 			cfg.RoleChanges = *roleChanges
+		case "session-state":
+			cfg.SessionState = *sessState
 		case "tls-cert":
 			cfg.TLSCert = *tlsCert
 		case "tls-key":
@@ -151,6 +158,14 @@ func parseServeFlags(args []string, stdout, stderr io.Writer) (*config.Config, e
 			cfg.MaxClientConn = *maxClients
 		case "shutdown-grace":
 			cfg.ShutdownGrace = *gracePeriod
+		case "query-wait-timeout":
+			cfg.AcquireTimeout = *queryWait
+		case "idle-transaction-timeout":
+			cfg.IdleTransactionTimeout = *idleTx
+		case "client-idle-timeout":
+			cfg.ClientIdleTimeout = *clientIdle
+		case "query-timeout":
+			cfg.QueryTimeout = *queryTO
 		case "procs":
 			cfg.Procs = *procs
 		}

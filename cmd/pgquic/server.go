@@ -91,17 +91,21 @@ func startServer(ctx context.Context, cfg *config.Config, logger *slog.Logger) (
 		return nil, fmt.Errorf("backend: %w", err)
 	}
 	s.pooler, err = pooler.New(pooler.Config{
-		Mode:                 pooler.Mode(cfg.Mode),
-		MaxClients:           cfg.MaxClientConn,
-		MaxStartingClients:   cfg.MaxStartingClients,
-		MaxStartingPerSource: cfg.MaxStartingPerSource,
-		MaxMessageLen:        cfg.MaxMessageBytes,
-		StartupTimeout:       cfg.StartupTimeout,
-		AcquireTimeout:       cfg.AcquireTimeout,
-		StatementCacheSize:   cfg.StatementCacheSize,
-		ClientStatementBytes: cfg.ClientStatementBytes,
-		RoleChanges:          pooler.RoleChangePolicy(cfg.RoleChanges),
-		Auth:                 authn,
+		Mode:                   pooler.Mode(cfg.Mode),
+		MaxClients:             cfg.MaxClientConn,
+		MaxStartingClients:     cfg.MaxStartingClients,
+		MaxStartingPerSource:   cfg.MaxStartingPerSource,
+		MaxMessageLen:          cfg.MaxMessageBytes,
+		StartupTimeout:         cfg.StartupTimeout,
+		AcquireTimeout:         cfg.AcquireTimeout,
+		IdleTransactionTimeout: cfg.IdleTransactionTimeout,
+		ClientIdleTimeout:      cfg.ClientIdleTimeout,
+		QueryTimeout:           cfg.QueryTimeout,
+		StatementCacheSize:     cfg.StatementCacheSize,
+		ClientStatementBytes:   cfg.ClientStatementBytes,
+		RoleChanges:            pooler.RoleChangePolicy(cfg.RoleChanges),
+		SessionState:           pooler.SessionStatePolicy(cfg.SessionState),
+		Auth:                   authn,
 	}, s.manager, logger.With("component", "pooler"), s.reg)
 	if err != nil {
 		return nil, fmt.Errorf("pooler: %w", err)

@@ -40,6 +40,10 @@ const (
 	// RoleChanges is what transaction mode does with SET ROLE and its kin
 	// outside a transaction block.
 	RoleChanges = "refuse"
+	// SessionState is what transaction mode does with statements creating
+	// session state it cannot move (temporary tables, LISTEN, session
+	// advisory locks, WITH HOLD cursors, SQL PREPARE) outside a block.
+	SessionState = "pin"
 	// ResetQuery resets a server connection a session-mode client leaves.
 	ResetQuery = "DISCARD ALL"
 )

@@ -49,6 +49,13 @@ const (
 	CodeProgramLimitExceeded  = "54000"
 	CodeQueryCanceled         = "57014"
 	CodeAdminShutdown         = "57P01"
+	// CodeIdleSessionTimeout ends a session idle longer than
+	// client_idle_timeout, as PostgreSQL's idle_session_timeout does.
+	CodeIdleSessionTimeout = "57P05"
+	// CodeIdleInTransactionTimeout ends a session idle inside a transaction
+	// longer than idle_transaction_timeout, as PostgreSQL's
+	// idle_in_transaction_session_timeout does.
+	CodeIdleInTransactionTimeout = "25P03"
 )
 
 // ALPN is the TLS application protocol of the QUIC wire contract, version 1.

@@ -173,6 +173,13 @@ func (c *classifier) head() {
 		st.Flags |= Call
 	case eqFold(w, "load"):
 		st.Flags |= Load
+	case eqFold(w, "close"):
+		st.Flags |= CloseCursor
+		if n := c.next(); !c.is(n, "all") {
+			c.name(n)
+		}
+	case eqFold(w, "drop"):
+		st.Flags |= Drop
 	case eqFold(w, "explain"):
 		c.explain()
 	}

@@ -209,6 +209,14 @@ var classifyCases = []struct {
 	{"DO LANGUAGE plpgsql 'BEGIN NULL; END'", DoBlock, 1},
 	{"CALL p(1)", Call, 1},
 	{"LOAD 'auto_explain'", Load, 1},
+	{"CLOSE c", CloseCursor, 1},
+	{"close all", CloseCursor, 1},
+	{"DROP TABLE t", Drop, 1},
+	{"SELECT pg_advisory_unlock(1)", AdvisoryUnlock, 1},
+	{"SELECT pg_catalog.pg_advisory_unlock_all()", AdvisoryUnlock, 1},
+	{`SELECT "pg_advisory_unlock_shared"(1, 2), pg_advisory_lock(3)`, AdvisoryUnlock | AdvisoryLock, 1},
+	{"SELECT pg_advisory_xact_lock(1), pg_try_advisory_xact_lock_shared(2)", 0, 1},
+	{"SELECT pg_advisory_unlock_all", 0, 1},
 
 	// Keywords inside strings, comments, dollar quotes and identifiers.
 	{"SELECT 'SET ROLE x'", 0, 1},

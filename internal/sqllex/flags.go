@@ -140,6 +140,15 @@ const (
 	// AdvisoryLock marks a call of a session-level advisory lock function
 	// (pg_advisory_lock, pg_try_advisory_lock and their _shared forms).
 	AdvisoryLock
+	// CloseCursor marks CLOSE name or CLOSE ALL, which may drop a WITH HOLD
+	// cursor (Name is the cursor, empty for ALL).
+	CloseCursor
+	// AdvisoryUnlock marks a call of pg_advisory_unlock,
+	// pg_advisory_unlock_shared or pg_advisory_unlock_all anywhere in a
+	// statement, which may release session advisory locks.
+	AdvisoryUnlock
+	// Drop marks DROP …, which may drop a temporary object.
+	Drop
 )
 
 // Uncertainty. When either is set a caller should take its safe path.
@@ -178,7 +187,7 @@ var flagNames = [64]string{
 	28: "Prepare", "Execute", "Deallocate", "DeallocateAll", "DiscardAll", "DiscardPlans",
 	"DiscardSequences", "DiscardTemp",
 	36: "Copy", "Listen", "Unlisten", "Notify", "DeclareCursor", "DeclareHold", "CreateTemp",
-	"DoBlock", "Call", "Load", "AdvisoryLock",
+	"DoBlock", "Call", "Load", "AdvisoryLock", "CloseCursor", "AdvisoryUnlock", "Drop",
 	56: "Incomplete", "Ambiguous",
 }
 

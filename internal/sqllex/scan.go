@@ -162,17 +162,21 @@ func (ss *stmtScan) routine() bool {
 func (ss *stmtScan) call(name string, l lexer) Flags {
 	switch name {
 	case "set_config", "pg_advisory_lock", "pg_advisory_lock_shared",
-		"pg_try_advisory_lock", "pg_try_advisory_lock_shared":
+		"pg_try_advisory_lock", "pg_try_advisory_lock_shared",
+		"pg_advisory_unlock", "pg_advisory_unlock_shared", "pg_advisory_unlock_all":
 	default:
 		return 0
 	}
 	if l.next().kind != tLParen {
 		return 0
 	}
-	if name != "set_config" {
-		return AdvisoryLock
+	switch name {
+	case "set_config":
+		return ss.setConfig(l)
+	case "pg_advisory_unlock", "pg_advisory_unlock_shared", "pg_advisory_unlock_all":
+		return AdvisoryUnlock
 	}
-	return ss.setConfig(l)
+	return AdvisoryLock
 }
 
 // arg is one argument of a set_config call.

@@ -1,0 +1,308 @@
+package pooler
+
+import (
+	"encoding/binary"
+	"fmt"
+	"strings"
+
+	"github.com/pgquic/pgquic/internal/pgproto"
+	"github.com/pgquic/pgquic/internal/sqllex"
+)
+
+// Pinning in transaction mode.
+//
+// Some session state cannot follow a client to another server connection:
+// temporary tables, LISTEN, session advisory locks, WITH HOLD cursors,
+// SQL-level PREPAREd statements, and (identity.go) an identity change made
+// outside a transaction block. A client that may hold any of them keeps its
+// server connection (it is pinned) until it disconnects or the server holds
+// none of them any more; with SessionStateError the statements are refused
+// outside a transaction block instead.
+//
+// The statements are found by a lexer (internal/sqllex) in every simple
+// Query and every Parse's text, noted when the server is about to run them,
+// and a statement that may hold state pins at once, whether or not it
+// succeeds: the pooler errs towards pinning. Unpinning, in contrast, asks
+// the server: after a statement that may drop state the client holds
+// (DISCARD ALL/TEMP, DROP, UNLISTEN, pg_advisory_unlock*, CLOSE,
+// DEALLOCATE) or that may create state the text does not show (DO, CALL),
+// the pooler pipelines one quiet probe query behind the client's next
+// synchronisation point, at a moment no transaction block is open. The
+// probe reads the server's own catalogues (pg_my_temp_schema,
+// pg_listening_channels, pg_locks, pg_cursors, pg_prepared_statements);
+// the client stays pinned for exactly the kinds it still reports, and is
+// pinned for kinds a DO block or procedure created. The client never waits
+// for the probe: its reply has been sent before the probe's answer comes.
+// An identity pin lasts until the client disconnects.
+
+// pinRole is the pin an identity change outside a transaction block sets
+// (see identity.go); the other bits are sqllex.Held kinds.
+const pinRole sqllex.Held = 1 << 7
+
+// pinNames returns the reasons in h, for the metric label and log lines.
+func pinNames(h sqllex.Held) []string {
+	names := h.Names()
+	if h&pinRole != 0 {
+		names = append(names, "role")
+	}
+	return names
+}
+
+// pinState is what a session knows of the state pinning it. It is guarded
+// by the session's mu; s.pinned mirrors held != 0 for the code that only
+// asks whether the client is pinned.
+type pinState struct {
+	held  sqllex.Held // why the client keeps its server connection
+	gen   uint64      // bumped whenever a statement may have created state
+	probe bool        // ask the server at the next safe point what it holds
+
+	found   sqllex.Held // the probe's answer, being read
+	foundOK bool        // the probe returned its row
+}
+
+// pinInfo is what a statement text may do to unmovable session state.
+type pinInfo struct {
+	holds    sqllex.Held // state it may create
+	releases sqllex.Held // state it may drop
+	opaque   bool        // DO or CALL: may create state the text does not show
+	outside  bool        // a holding statement comes where the text has not opened a block
+	kind     string      // the first holding statement, for logs and errors
+}
+
+// readPins reads what sql, whose statements' union of flags is sum, does
+// to session state. Text that holds nothing costs nothing more.
+func readPins(sql string, sum sqllex.Flags) pinInfo {
+	in := pinInfo{holds: sum.Holds(), releases: sum.Releases(), opaque: sum.Opaque()}
+	if in.holds == 0 {
+		return in
+	}
+	in.kind = sqllex.StateKind(sql)
+	if sum&sqllex.Unsure != 0 {
+		in.outside = true
+		return in
+	}
+	open := false
+	for st := range sqllex.Statements(sql) {
+		switch {
+		case st.Flags&sqllex.Begin != 0:
+			open = true
+		case st.Flags&(sqllex.Commit|sqllex.Rollback|sqllex.PrepareTransaction) != 0:
+			open = st.Flags&sqllex.Chain != 0
+		}
+		if st.Flags.Holds() != 0 && !open {
+			in.outside = true
+		}
+	}
+	return in
+}
+
+// checkState refuses, under SessionStateError, a statement that would pin
+// the client outside a transaction block, before any server connection is
+// taken for it. Inside a block the statement runs and pins the client, as
+// the state it creates outlives the block.
+func (s *session) checkState(info sqlInfo) error {
+	in := info.pins
+	if in.holds == 0 || !in.outside || s.p.cfg.SessionState != SessionStateError || s.p.cfg.Mode != ModeTransaction {
+		return nil
+	}
+	s.mu.Lock()
+	ok := s.pin.held != 0 || (s.att != nil && !s.att.released && s.att.inBlock())
+	s.mu.Unlock()
+	if ok {
+		return nil
+	}
+	return &PGError{
+		Severity: "ERROR",
+		Code:     pgproto.CodeFeatureNotSupported,
+		Message:  fmt.Sprintf("%s is not supported outside a transaction block in transaction pooling mode (the pooler's session_state setting is \"error\")", in.kind),
+		Hint:     "Connect in session mode, or set session_state to \"pin\" to keep such clients on one server connection until they run DISCARD ALL or disconnect.",
+	}
+}
+
+// noteState records, once a's server is about to run a statement, the
+// state it may create or drop. s.mu must be held.
+func (s *session) noteState(a *attachment, in pinInfo) {
+	if s.p.cfg.Mode != ModeTransaction {
+		return
+	}
+	if in.holds != 0 {
+		s.pin.gen++
+		s.pinLocked(a, in.holds, in.kind)
+	}
+	if in.opaque {
+		s.pin.gen++
+		s.pin.probe = true
+	}
+	if in.releases&s.pin.held != 0 {
+		s.pin.probe = true
+	}
+}
+
+// pinLocked pins the client to a's server for the reasons in h, counting
+// and logging the reasons it did not have yet. s.mu must be held.
+func (s *session) pinLocked(a *attachment, h sqllex.Held, kind string) {
+	added := h &^ s.pin.held
+	if added == 0 {
+		return
+	}
+	if s.pin.held == 0 {
+		s.p.m.pinned.Inc()
+	}
+	s.pin.held |= added
+	s.pinned = true
+	names := pinNames(added)
+	for _, n := range names {
+		s.p.m.pins.WithLabelValues(n).Inc()
+	}
+	s.log.Info("client pinned to its server connection", "statement", kind,
+		"reason", strings.Join(names, ","), "server_pid", a.conn.PID)
+}
+
+// unpinLocked drops the reasons in h (never the identity pin); the client
+// is free to use any server connection once none is left. s.mu must be
+// held.
+func (s *session) unpinLocked(a *attachment, h sqllex.Held) {
+	h &= s.pin.held &^ pinRole
+	if h == 0 {
+		return
+	}
+	s.pin.held &^= h
+	if s.pin.held == 0 {
+		s.pinned = false
+		s.p.m.pinned.Dec()
+		s.log.Info("client unpinned: its server connection holds no session state any more",
+			"released", strings.Join(pinNames(h), ","), "server_pid", a.conn.PID)
+	}
+}
+
+// endPins forgets the session's pins when it ends.
+func (s *session) endPins() {
+	s.mu.Lock()
+	if s.pin.held != 0 {
+		s.p.m.pinned.Dec()
+		s.pin.held = 0
+		s.pinned = false
+	}
+	s.mu.Unlock()
+}
+
+// probeSQL asks the server which unmovable state the session holds, one
+// boolean per sqllex.Held kind in bit order. Operators are qualified, so a
+// client's objects cannot stand in for them.
+const probeSQL = "SELECT" +
+	" EXISTS (SELECT 1 FROM pg_catalog.pg_class WHERE relnamespace OPERATOR(pg_catalog.=) pg_catalog.pg_my_temp_schema())" +
+	" OR EXISTS (SELECT 1 FROM pg_catalog.pg_proc WHERE pronamespace OPERATOR(pg_catalog.=) pg_catalog.pg_my_temp_schema())" +
+	" OR EXISTS (SELECT 1 FROM pg_catalog.pg_type WHERE typnamespace OPERATOR(pg_catalog.=) pg_catalog.pg_my_temp_schema()), " +
+	" EXISTS (SELECT 1 FROM pg_catalog.pg_listening_channels()), " +
+	" EXISTS (SELECT 1 FROM pg_catalog.pg_locks WHERE locktype OPERATOR(pg_catalog.=) 'advisory'" +
+	" AND pid OPERATOR(pg_catalog.=) pg_catalog.pg_backend_pid()), " +
+	" EXISTS (SELECT 1 FROM pg_catalog.pg_cursors WHERE is_holdable), " +
+	" EXISTS (SELECT 1 FROM pg_catalog.pg_prepared_statements WHERE from_sql)"
+
+// probeLocked returns the probe's Query frame, and queues its quiet reply,
+// when one is wanted and no transaction block is open on a's server as far
+// as the pooler knows; otherwise nil, and the probe waits for the next
+// safe point. s.mu must be held.
+func (s *session) probeLocked(a *attachment) []byte {
+	if !s.pin.probe || s.p.cfg.Mode != ModeTransaction || a.begun || a.status == 'T' || a.status == 'E' {
+		return nil
+	}
+	s.pin.probe = false
+	s.push(a, entry{kind: eQuery, quiet: true, probe: true, gen: s.pin.gen})
+	return appendQuery(nil, probeSQL)
+}
+
+// writeServerProbing stages frame for a's server followed, when one is
+// due, by the probe. s.mu must be held.
+func (s *session) writeServerProbing(a *attachment, frame []byte) error {
+	if err := s.writeServer(a, frame); err != nil {
+		return err
+	}
+	if p := s.probeLocked(a); p != nil {
+		return s.writeServer(a, p)
+	}
+	return nil
+}
+
+// syncProbingLocked stages the client's Sync for a's server followed, when
+// one is due, by the probe. s.mu must be held.
+func (s *session) syncProbingLocked(a *attachment) error {
+	if !s.pin.probe || s.msgLen != 5 {
+		return s.writeServer(a, nil)
+	}
+	if err := s.cr.Skip(); err != nil {
+		return err
+	}
+	return s.writeServerProbing(a, []byte{'S', 0, 0, 0, 4})
+}
+
+// probeRowLocked reads the probe's DataRow. s.mu must be held.
+func (s *session) probeRowLocked(body []byte) {
+	if len(body) < 2 {
+		return
+	}
+	n := int(binary.BigEndian.Uint16(body))
+	body = body[2:]
+	var found sqllex.Held
+	for i := range n {
+		if len(body) < 4 {
+			return
+		}
+		l := int(int32(binary.BigEndian.Uint32(body)))
+		body = body[4:]
+		if l < 0 || l > len(body) {
+			return
+		}
+		if l != 1 || body[0] != 'f' {
+			found |= 1 << i // true, or anything unexpected: err towards pinning
+		}
+		body = body[l:]
+	}
+	s.pin.found, s.pin.foundOK = found&sqllex.HeldAll, n == 5
+}
+
+// probeDoneLocked applies the probe's answer at its ReadyForQuery: the
+// client stays pinned for what the server still holds and is pinned for
+// what it holds unannounced. If the probe ran inside a transaction block
+// it is asked again at the next safe point; if it failed the client stays
+// pinned. s.mu must be held.
+func (s *session) probeDoneLocked(a *attachment, e *entry) {
+	found, ok := s.pin.found, s.pin.foundOK
+	s.pin.found, s.pin.foundOK = 0, false
+	switch {
+	case a.status != 'I':
+		s.pin.probe = true
+	case !ok:
+	default:
+		s.pinLocked(a, found, "DO, CALL or a function")
+		if e.gen == s.pin.gen {
+			// Nothing that may create state ran since the probe was sent.
+			s.unpinLocked(a, sqllex.HeldAll&^found)
+		}
+	}
+}
+
+// appendStateReset appends, for a client leaving while pinned by session
+// state, a DISCARD ALL to the teardown queries q unless resetQuery is one
+// already, so the state never reaches the next borrower whatever reset
+// query is configured. s.mu must be held.
+func (s *session) appendStateReset(a *attachment, q []byte, resetQuery string) []byte {
+	if s.pin.held&sqllex.HeldAll == 0 || strings.EqualFold(strings.TrimSpace(resetQuery), "DISCARD ALL") {
+		return q
+	}
+	s.push(a, entry{kind: eQuery, quiet: true, reset: true})
+	return appendQuery(q, "DISCARD ALL")
+}
+
+// relayNotificationsLocked starts the relay goroutine for a client pinned
+// by LISTEN whose server owes nothing, so notifications reach it while it
+// is idle: otherwise nobody reads the server until the client's next
+// request. The relay runs until the connection is released (after UNLISTEN
+// or DISCARD ALL) or the session ends. Only the owner calls it, between
+// reads of the client, so it never reads the server at the same time.
+// s.mu must be held.
+func (s *session) relayNotificationsLocked(a *attachment) {
+	if a != nil && s.pin.held&sqllex.HeldListen != 0 && !a.released && !a.relaying {
+		s.startRelayLocked(a)
+	}
+}

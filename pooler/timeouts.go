@@ -1,0 +1,153 @@
+package pooler
+
+import (
+	"context"
+	"sync/atomic"
+	"time"
+
+	"github.com/pgquic/pgquic/internal/pgproto"
+)
+
+// Idle and query timeouts (Config.IdleTransactionTimeout, ClientIdleTimeout,
+// QueryTimeout). Each session has at most one timer of each kind, created on
+// first use and reset afterwards, so a session whose timeouts are all zero,
+// the default, pays nothing.
+
+// Kinds of idle wait, stored in session.idleKind while its timer runs.
+const (
+	idleNone int32 = iota
+	idleSession
+	idleInTransaction
+)
+
+// timeouts is a session's timer state. Fields are owner-only except the
+// atomics, which the timers' goroutines read.
+type timeouts struct {
+	idleTimer *time.Timer
+	idleKind  atomic.Int32
+	fired     atomic.Pointer[PGError] // the error a fired idle timer ended the session with
+
+	queryTimer *time.Timer // guarded by s.mu
+	queryArmed bool        // guarded by s.mu
+}
+
+// armIdle starts the idle timer that applies now that the owner is about to
+// wait for the client with nothing buffered: idle in a transaction (a server
+// connection attached, nothing pending, status T or E), or idle outside
+// one. While the server still owes replies nothing is armed: the client is
+// waiting too, or sending COPY data.
+func (s *session) armIdle() {
+	cfg := &s.p.cfg
+	if cfg.IdleTransactionTimeout == 0 && cfg.ClientIdleTimeout == 0 {
+		return
+	}
+	s.mu.Lock()
+	a := s.att
+	kind, d := idleSession, cfg.ClientIdleTimeout
+	if a != nil && !a.released {
+		switch {
+		case a.pending() > 0:
+			kind = idleNone
+		case a.status == 'T' || a.status == 'E':
+			kind, d = idleInTransaction, cfg.IdleTransactionTimeout
+		}
+	}
+	s.mu.Unlock()
+	if kind == idleNone || d == 0 {
+		return
+	}
+	s.idleKind.Store(kind)
+	if s.idleTimer == nil {
+		s.idleTimer = time.AfterFunc(d, s.idleExpired)
+		return
+	}
+	s.idleTimer.Reset(d)
+}
+
+// disarmIdle stops the idle timer once the client has sent something.
+func (s *session) disarmIdle() {
+	if s.idleKind.Swap(idleNone) != idleNone {
+		s.idleTimer.Stop()
+	}
+}
+
+// idleExpired runs on the timer's goroutine: it tells the client why, as
+// PostgreSQL does, and closes its stream; the owner's read then fails and
+// the session ends, rolling back a transaction left open.
+func (s *session) idleExpired() {
+	var pe *PGError
+	switch s.idleKind.Swap(idleNone) {
+	case idleInTransaction:
+		pe = fatal(pgproto.CodeIdleInTransactionTimeout, "terminating connection due to idle-in-transaction timeout", nil)
+	case idleSession:
+		pe = fatal(pgproto.CodeIdleSessionTimeout, "terminating connection due to idle-session timeout", nil)
+	default:
+		return // disarmed meanwhile
+	}
+	s.fired.Store(pe)
+	s.p.m.errors.WithLabelValues(pe.Code).Inc()
+	s.log.Info("closing an idle client", "sqlstate", pe.Code, "reason", pe.Message)
+	_ = s.writeRaw(pe.encode(nil))
+	s.closeClient()
+}
+
+// armQueryLocked starts the query timer when a client request has been
+// completed (its Sync, Query or FunctionCall pushed) and none is running.
+// s.mu must be held.
+func (s *session) armQueryLocked() {
+	d := s.p.cfg.QueryTimeout
+	if d == 0 || s.queryArmed {
+		return
+	}
+	s.queryArmed = true
+	if s.queryTimer == nil {
+		s.queryTimer = time.AfterFunc(d, s.queryExpired)
+		return
+	}
+	s.queryTimer.Reset(d)
+}
+
+// queryAnsweredLocked stops the query timer at a ReadyForQuery that leaves
+// nothing pending, or restarts it for the next pipelined request. s.mu must
+// be held.
+func (s *session) queryAnsweredLocked(a *attachment) {
+	if !s.queryArmed {
+		return
+	}
+	if a.pending() > 0 {
+		s.queryTimer.Reset(s.p.cfg.QueryTimeout)
+		return
+	}
+	s.queryArmed = false
+	s.queryTimer.Stop()
+}
+
+// queryExpired cancels the request the server is running, through the same
+// path as a client's CancelRequest, so the connection is not lent to anyone
+// before the server has processed the cancel.
+func (s *session) queryExpired() {
+	s.mu.Lock()
+	if !s.queryArmed {
+		s.mu.Unlock()
+		return
+	}
+	s.queryArmed = false
+	conn, g := s.beginCancelLocked()
+	s.mu.Unlock()
+	if conn == nil {
+		return
+	}
+	s.log.Info("cancelling a request that exceeded query_timeout", "timeout", s.p.cfg.QueryTimeout)
+	s.forwardCancel(context.Background(), conn, g)
+}
+
+// stopTimers stops every timer of a session that has ended.
+func (s *session) stopTimers() {
+	s.disarmIdle()
+	s.mu.Lock()
+	if s.queryArmed {
+		s.queryArmed = false
+		s.queryTimer.Stop()
+	}
+	s.mu.Unlock()
+}
