@@ -327,8 +327,13 @@ func TestSessionSetFollowsClientAroundCopy(t *testing.T) {
 	if _, err := pa.CopyFrom(ctx, strings.NewReader("3\n"), "SET statement_timeout = '43s'; COPY fid_copy FROM STDIN"); err != nil {
 		t.Fatalf("SET and COPY in one Query: %v", err)
 	}
-	if got := simpleOne(ctx, t, pa, "SELECT count(*) FROM fid_copy"); got != "3" {
-		t.Errorf("%s rows copied, want 3", got)
+	// A DO block makes the pinning code probe the server after the
+	// client's message: not behind a COPY either.
+	if _, err := pa.CopyFrom(ctx, strings.NewReader("4\n"), "DO $$BEGIN END$$; COPY fid_copy FROM STDIN"); err != nil {
+		t.Fatalf("DO and COPY in one Query: %v", err)
+	}
+	if got := simpleOne(ctx, t, pa, "SELECT count(*) FROM fid_copy"); got != "4" {
+		t.Errorf("%s rows copied, want 4", got)
 	}
 	pid := simpleOne(ctx, t, pa, "SELECT pg_backend_pid()")
 	onOtherServer(ctx, t, h, pid, func() {

@@ -200,11 +200,12 @@ const probeSQL = "SELECT" +
 	" EXISTS (SELECT 1 FROM pg_catalog.pg_prepared_statements WHERE from_sql)"
 
 // probeLocked returns the probe's Query frame, and queues its quiet reply,
-// when one is wanted and no transaction block is open on a's server as far
-// as the pooler knows; otherwise nil, and the probe waits for the next
-// safe point. s.mu must be held.
+// when one is wanted, no transaction block is open on a's server as far
+// as the pooler knows and no COPY was sent (a Query reaching a server that
+// waits for copy data breaks the COPY); otherwise nil, and the probe waits
+// for the next safe point. s.mu must be held.
 func (s *session) probeLocked(a *attachment) []byte {
-	if !s.pin.probe || s.p.cfg.Mode != ModeTransaction || a.begun || a.status == 'T' || a.status == 'E' {
+	if !s.pin.probe || s.p.cfg.Mode != ModeTransaction || a.begun || a.status == 'T' || a.status == 'E' || a.copy {
 		return nil
 	}
 	s.pin.probe = false
