@@ -77,6 +77,13 @@ type ManagerConfig struct {
 	// its metric series; a later client gets a fresh pool. Pools of routes
 	// with a named database are kept. Default 10m.
 	PoolIdleTimeout time.Duration
+
+	// Metrics, when set, are used instead of a set of the Manager's own,
+	// and the registerer passed to NewManager is ignored: a program that
+	// replaces its Manager on a configuration reload keeps one set of
+	// series across both while the old one finishes its transactions.
+	// The caller registers them (NewMetrics).
+	Metrics *Metrics
 }
 
 // ErrTooManyPools reports that a wildcard route would need a new pool while
@@ -177,12 +184,17 @@ func NewManager(ctx context.Context, cfg ManagerConfig, logger *slog.Logger, reg
 		m.routes = append(m.routes, route{Route: r, pgcfg: pgcfg})
 		wildcard = wildcard || r.Database == Wildcard
 	}
-	m.metrics = newMetrics()
-	if reg != nil {
-		if err := reg.Register(m.metrics); err != nil {
-			return nil, fmt.Errorf("backend: register metrics: %w", err)
+	switch {
+	case cfg.Metrics != nil:
+		m.metrics = cfg.Metrics
+	default:
+		m.metrics = newMetrics()
+		if reg != nil {
+			if err := reg.Register(m.metrics); err != nil {
+				return nil, fmt.Errorf("backend: register metrics: %w", err)
+			}
+			m.reg = reg
 		}
-		m.reg = reg
 	}
 
 	var fixed []*Pool

@@ -96,7 +96,7 @@ func (s *session) acquireConn(ctx context.Context) (*backend.Conn, error) {
 		return conn, nil
 	}
 	start := time.Now()
-	tctx, cancel := context.WithTimeout(ctx, s.p.cfg.AcquireTimeout)
+	tctx, cancel := context.WithTimeout(ctx, s.p.timeout(&s.p.tmo.acquire))
 	defer cancel()
 	actx, cancelWait := context.WithCancelCause(tctx)
 	s.mu.Lock()
@@ -107,6 +107,14 @@ func (s *session) acquireConn(ctx context.Context) (*backend.Conn, error) {
 		s.markStuck()
 	}
 	conn, err := s.pool.Acquire(actx)
+	if errors.Is(err, backend.ErrPoolClosed) && ctx.Err() == nil {
+		// The pool source replaced its pools (a configuration reload)
+		// since this session looked its pool up: use the new one.
+		if np, perr := s.p.pools.Pool(ctx, s.database, s.user); perr == nil && np != s.pool {
+			s.pool = np
+			conn, err = np.Acquire(actx)
+		}
+	}
 	s.waiting.Store(false)
 	s.stuck.Store(0)
 	s.mu.Lock()
@@ -122,7 +130,7 @@ func (s *session) acquireConn(ctx context.Context) (*backend.Conn, error) {
 			st := s.pool.Stat()
 			return nil, pgerr(pgproto.CodeTooManyConnections,
 				fmt.Sprintf("no server connection became free within %s (pool of %d for database %q, user %q is busy)",
-					s.p.cfg.AcquireTimeout, st.Total, s.database, s.user), err)
+					s.p.timeout(&s.p.tmo.acquire), st.Total, s.database, s.user), err)
 		}
 		if ctx.Err() != nil {
 			return nil, fatal(pgproto.CodeAdminShutdown, "the pooler is shutting down", err)

@@ -51,7 +51,10 @@ type Pooler struct {
 	wg     sync.WaitGroup
 
 	starting startingLimiter // sessions not yet authenticated (startup.go)
+	cancelWG sync.WaitGroup  // cancels sent for requests of sessions cut off (cancelOnServer)
+	tmo      liveTimeouts    // the timeouts of cfg, replaceable (SetTimeouts)
 	canon    canonTable      // the server's spelling of clients' startup values (greeting.go)
+	stale    staleGens       // statements whose result type changed (stale.go)
 }
 
 // New builds a Pooler. pools resolves a client's database and user to a
@@ -79,6 +82,8 @@ func New(cfg Config, pools PoolSource, logger *slog.Logger, reg prometheus.Regis
 		sessions: make(map[uint32]*session),
 	}
 	p.epoch.Store(1) // a session's stuck mark of 0 means "not waiting"
+	_ = p.SetTimeouts(Timeouts{Acquire: cfg.AcquireTimeout, IdleTransaction: cfg.IdleTransactionTimeout,
+		ClientIdle: cfg.ClientIdleTimeout, Query: cfg.QueryTimeout}) // validated above
 	if reg != nil {
 		if err := registerStates(reg, p); err != nil {
 			return nil, err
@@ -136,6 +141,7 @@ func (p *Pooler) Shutdown(ctx context.Context) error {
 		}
 		p.mu.Unlock()
 		<-done
+		p.cancelWG.Wait() // each bounded by cancelTimeout
 		return ctx.Err()
 	}
 }

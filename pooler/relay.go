@@ -51,6 +51,8 @@ type entry struct {
 	// A quiet query of the pooler's own about run-time parameters (see
 	// params.go); nil for every other entry.
 	params *paramQuery
+
+	replayHead bool // the first recorded message of a pipeline that may be retried (stale.go)
 }
 
 // attachment is a server connection lent to a session. Its fields are
@@ -80,6 +82,10 @@ type attachment struct {
 	done       chan struct{}
 
 	cancels *cancelGroup // cancels forwarded to this connection (see cancel.go)
+
+	replay      *replayLog // the current pipeline as recorded for a retry, or nil (stale.go)
+	heldT       []byte     // ParameterDescription of a Describe that may yet be retried (stale.go)
+	replayFirst bool       // the next entry pushed is the first recorded one
 }
 
 // push records the reply e's message will produce. While the server is
@@ -96,6 +102,9 @@ func (s *session) push(a *attachment, e entry) {
 	}
 	if e.quiet {
 		a.quiet.Add(1)
+	}
+	if a.replay != nil {
+		s.recordPush(a, &e)
 	}
 	a.queue = append(a.queue, e)
 }
@@ -263,6 +272,13 @@ func (s *session) relayOne(a *attachment) relayResult {
 		}
 	case 'G', 'W': // CopyInResponse, CopyBothResponse: the server waits for data
 		result = relayWaiting
+	case 't': // ParameterDescription
+		if forward && head != nil && head.replayHead && head.kind == eDescribe {
+			// Held back until the Describe succeeds: if its statement
+			// turns out stale, the retry sends it again.
+			a.heldT = bytes.Clone(body)
+			forward = false
+		}
 	case 'S': // ParameterStatus
 		switch {
 		case head != nil && head.params != nil && head.params.sync:
@@ -296,6 +312,10 @@ func (s *session) relayOne(a *attachment) relayResult {
 			// after pg_terminate_backend, for instance): the client hears
 			// why from the server and nothing more from the pooler.
 			a.fatalSent = true
+		}
+		if head != nil && !quiet && s.retryStale(a, head, body) {
+			forward = false
+			break
 		}
 		if head != nil && head.stmt != "" {
 			s.statementError(a, head, body)
@@ -347,6 +367,10 @@ func (s *session) relayOne(a *attachment) relayResult {
 	}
 	if forward && !a.clientGone.Load() {
 		s.cwMu.Lock()
+		if a.heldT != nil {
+			_ = writeFrame(s, 't', a.heldT)
+			a.heldT = nil
+		}
 		err = writeFrame(s, typ, body)
 		s.cwMu.Unlock()
 		if err != nil {

@@ -13,6 +13,13 @@ import (
 // message itself) for a's server. Nothing is written while s.mu is held:
 // sendOut does the writing once the lock is released.
 func (s *session) writeServer(a *attachment, frame []byte) error {
+	if a.replay != nil {
+		f, err := s.recordFrame(a, frame)
+		if err != nil {
+			return err
+		}
+		frame = f
+	}
 	s.outAtt = a
 	if frame == nil {
 		s.outFwd = true

@@ -64,6 +64,7 @@ type session struct {
 	outAtt        *attachment // where they go
 	outFwd        bool        // then forward the current client message raw
 	msgLen        int         // length of the current client message, header included
+	curTyp        byte        // type of the current client message
 
 	cwMu sync.Mutex
 	cw   *bufio.Writer        // nil while idle (see flushClient)
@@ -183,6 +184,7 @@ func (s *session) loop(ctx context.Context) error {
 			s.disarmIdle()
 		}
 		s.msgLen = wire.HeaderLen + n
+		s.curTyp = typ
 		if err != nil {
 			if pe := s.fired.Load(); pe != nil {
 				return pe // an idle timeout ended the session and told the client

@@ -41,6 +41,8 @@ type stmt struct {
 	name  string // server-side name; "" for the unnamed statement
 	parse []byte // complete Parse frame under the server name; never modified
 	info  sqlInfo
+	used  bool   // the client has described or bound it since parsing it (stale.go); guarded by s.mu
+	gen   uint64 // generation of the result shape the client was told (stale.go); guarded by s.mu
 }
 
 // newStmt builds the Parse frame of a statement once. Its key is a view into
@@ -93,7 +95,10 @@ type serverState struct {
 	dirtyAll   bool   // a client ran RESET ALL or set_config of an unknown parameter
 }
 
-type cachedStmt struct{ name, key string }
+type cachedStmt struct {
+	name, key string
+	gen       uint64 // the statement's generation when it was prepared here (stale.go)
+}
 
 func newServerState() *serverState {
 	return &serverState{
@@ -118,8 +123,16 @@ func (st *serverState) lookup(name, key string) (present, conflict bool) {
 	return true, false
 }
 
-func (st *serverState) add(name, key string) {
-	st.byName[name] = st.lru.PushFront(&cachedStmt{name: name, key: key})
+func (st *serverState) add(name, key string, gen uint64) {
+	st.byName[name] = st.lru.PushFront(&cachedStmt{name: name, key: key, gen: gen})
+}
+
+// genOf returns the generation name was prepared with here (0 when absent).
+func (st *serverState) genOf(name string) uint64 {
+	if el := st.byName[name]; el != nil {
+		return el.Value.(*cachedStmt).gen
+	}
+	return 0
 }
 
 func (st *serverState) remove(name string) {
@@ -180,8 +193,14 @@ func (st *serverState) reset() {
 // does not. s.mu must be held.
 func (s *session) ensurePrepared(a *attachment, st *stmt) error {
 	present, conflict := a.st.lookup(st.name, st.key)
-	if present {
+	gen := s.p.stale.current(st.name)
+	if present && a.st.genOf(st.name) >= gen {
 		return nil
+	}
+	if present {
+		// Prepared here before DDL changed its result type (stale.go):
+		// prepare it again rather than let the server refuse it.
+		conflict = true
 	}
 	if conflict || a.st.mayHold(st.name) {
 		if err := s.injectClose(a, st.name); err != nil {
@@ -192,7 +211,7 @@ func (s *session) ensurePrepared(a *attachment, st *stmt) error {
 		return err
 	}
 	s.push(a, entry{kind: eParse, injected: true, stmt: st.name})
-	a.st.add(st.name, st.key)
+	a.st.add(st.name, st.key, gen)
 	s.p.m.prepares.Inc()
 	return s.writeServer(a, st.parse)
 }
@@ -305,7 +324,7 @@ func (s *session) handleParse(ctx context.Context) error {
 		return err
 	}
 	s.push(a, entry{kind: eParse, stmt: st.name, clientName: name, cst: st})
-	a.st.add(st.name, st.key)
+	a.st.add(st.name, st.key, s.p.stale.current(st.name))
 	return s.writeServer(a, st.parse)
 }
 
@@ -363,13 +382,16 @@ func (s *session) handleBind(ctx context.Context) error {
 		if err := s.ensurePrepared(a, st); err != nil {
 			return err
 		}
+		if pe := s.checkShape(a, st); pe != nil {
+			return s.raiseStaleLocked(a, pe)
+		}
 	}
 	if st == nil {
 		// Unnamed, or unknown to us: the server answers (26000 if unknown).
 		s.push(a, entry{kind: eBind})
 		return s.writeServer(a, s.frame('B', body))
 	}
-	s.push(a, entry{kind: eBind, stmt: st.name})
+	s.push(a, entry{kind: eBind, stmt: st.name, cst: st})
 	frame := wire.AppendHeader(s.scratch[:0], 'B', len(portal)+1+len(st.name)+1+len(rest))
 	frame = append(frame, portal...)
 	frame = append(frame, 0)
@@ -425,13 +447,16 @@ func (s *session) handleDescribe(ctx context.Context) error {
 			if err := s.ensurePrepared(a, st); err != nil {
 				return err
 			}
+			if pe := s.checkShape(a, st); pe != nil {
+				return s.raiseStaleLocked(a, pe)
+			}
 		}
 	}
 	if st == nil {
 		s.push(a, entry{kind: eDescribe})
 		return s.writeServer(a, s.frame('D', body))
 	}
-	s.push(a, entry{kind: eDescribe, stmt: st.name})
+	s.push(a, entry{kind: eDescribe, stmt: st.name, cst: st})
 	frame := wire.AppendHeader(s.scratch[:0], 'D', 1+len(st.name)+1)
 	frame = append(frame, 'S')
 	frame = append(frame, st.name...)

@@ -13,9 +13,13 @@ import (
 
 // cancelOnServer asks the server to cancel what conn runs; used when a
 // connection is dropped mid-request, since closing it does not stop the
-// query on the server.
-func cancelOnServer(conn *backend.Conn) {
+// query on the server (a multi-statement Query ending in COMMIT would even
+// commit once its statement finished). Shutdown waits for these cancels,
+// so a forced exit does not leave such queries running.
+func (p *Pooler) cancelOnServer(conn *backend.Conn) {
+	p.cancelWG.Add(1)
 	go func() {
+		defer p.cancelWG.Done()
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		_ = conn.Pool().Cancel(ctx, conn.PID, conn.SecretKey)
@@ -51,7 +55,7 @@ func (s *session) kill() {
 	a := s.att
 	if a != nil && !a.released {
 		if a.pending() > 0 {
-			cancelOnServer(a.conn)
+			s.p.cancelOnServer(a.conn)
 		}
 		_ = a.conn.NetConn().Close()
 	}
@@ -108,7 +112,7 @@ func (s *session) close() {
 			// built up is not worth untangling on an abnormal exit.
 			conn := a.conn
 			if a.pending() > 0 {
-				cancelOnServer(conn)
+				s.p.cancelOnServer(conn)
 			}
 			a.destroy = true
 			_ = conn.NetConn().Close()

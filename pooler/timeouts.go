@@ -2,9 +2,11 @@ package pooler
 
 import (
 	"context"
+	"errors"
 	"sync/atomic"
 	"time"
 
+	"github.com/pgquic/pgquic/internal/defaults"
 	"github.com/pgquic/pgquic/internal/pgproto"
 )
 
@@ -37,19 +39,19 @@ type timeouts struct {
 // one. While the server still owes replies nothing is armed: the client is
 // waiting too, or sending COPY data.
 func (s *session) armIdle() {
-	cfg := &s.p.cfg
-	if cfg.IdleTransactionTimeout == 0 && cfg.ClientIdleTimeout == 0 {
+	idleTx, idleSess := s.p.timeout(&s.p.tmo.idleTx), s.p.timeout(&s.p.tmo.clientIdle)
+	if idleTx == 0 && idleSess == 0 {
 		return
 	}
 	s.mu.Lock()
 	a := s.att
-	kind, d := idleSession, cfg.ClientIdleTimeout
+	kind, d := idleSession, idleSess
 	if a != nil && !a.released {
 		switch {
 		case a.pending() > 0:
 			kind = idleNone
 		case a.status == 'T' || a.status == 'E':
-			kind, d = idleInTransaction, cfg.IdleTransactionTimeout
+			kind, d = idleInTransaction, idleTx
 		}
 	}
 	s.mu.Unlock()
@@ -95,7 +97,7 @@ func (s *session) idleExpired() {
 // completed (its Sync, Query or FunctionCall pushed) and none is running.
 // s.mu must be held.
 func (s *session) armQueryLocked() {
-	d := s.p.cfg.QueryTimeout
+	d := s.p.timeout(&s.p.tmo.query)
 	if d == 0 || s.queryArmed {
 		return
 	}
@@ -115,7 +117,7 @@ func (s *session) queryAnsweredLocked(a *attachment) {
 		return
 	}
 	if a.pending() > 0 {
-		s.queryTimer.Reset(s.p.cfg.QueryTimeout)
+		s.queryTimer.Reset(s.p.timeout(&s.p.tmo.query))
 		return
 	}
 	s.queryArmed = false
@@ -137,7 +139,7 @@ func (s *session) queryExpired() {
 	if conn == nil {
 		return
 	}
-	s.log.Info("cancelling a request that exceeded query_timeout", "timeout", s.p.cfg.QueryTimeout)
+	s.log.Info("cancelling a request that exceeded query_timeout", "timeout", s.p.timeout(&s.p.tmo.query))
 	s.forwardCancel(context.Background(), conn, g)
 }
 
@@ -150,4 +152,39 @@ func (s *session) stopTimers() {
 		s.queryTimer.Stop()
 	}
 	s.mu.Unlock()
+}
+
+// liveTimeouts are the timeouts a running Pooler may be given anew
+// (SetTimeouts), read by sessions at each use.
+type liveTimeouts struct {
+	acquire, idleTx, clientIdle, query atomic.Int64
+}
+
+// timeout reads one of p.tmo's durations.
+func (p *Pooler) timeout(v *atomic.Int64) time.Duration { return time.Duration(v.Load()) }
+
+// Timeouts are the Config durations a running Pooler can change: a
+// configuration reload applies them to every session from its next wait on.
+type Timeouts struct {
+	// Acquire is Config.AcquireTimeout; zero keeps the default.
+	Acquire time.Duration
+	// IdleTransaction, ClientIdle and Query are the Config fields of the
+	// same names; zero disables each.
+	IdleTransaction, ClientIdle, Query time.Duration
+}
+
+// SetTimeouts replaces the pooler's timeouts. Sessions waiting now keep the
+// timer they armed; their next wait uses the new values.
+func (p *Pooler) SetTimeouts(t Timeouts) error {
+	if t.Acquire < 0 || t.IdleTransaction < 0 || t.ClientIdle < 0 || t.Query < 0 {
+		return errors.New("pooler: timeouts must not be negative")
+	}
+	if t.Acquire == 0 {
+		t.Acquire = defaults.AcquireTimeout
+	}
+	p.tmo.acquire.Store(int64(t.Acquire))
+	p.tmo.idleTx.Store(int64(t.IdleTransaction))
+	p.tmo.clientIdle.Store(int64(t.ClientIdle))
+	p.tmo.query.Store(int64(t.Query))
+	return nil
 }

@@ -33,8 +33,18 @@ import (
 func TestMain(m *testing.M) {
 	// The ramp tests run the WAN emulator as a child: this test binary.
 	wan.MainIfChild()
+	// The signal tests run the whole program as a child: this test binary
+	// with the environment variable below, entering main as pgquic does.
+	if os.Getenv(runMainEnv) == "1" {
+		os.Args = append([]string{"pgquic"}, os.Args[1:]...)
+		main()
+		return
+	}
 	goleak.VerifyTestMain(m)
 }
+
+// runMainEnv makes the test binary run pgquic's main instead of the tests.
+const runMainEnv = "PGQUIC_TEST_RUN_MAIN"
 
 // testTimeout is generous: the machine is small and noisy.
 const testTimeout = 2 * time.Minute
@@ -610,7 +620,7 @@ func TestServeWildcardPoolBounds(t *testing.T) {
 			t.Fatalf("unknown database: %v, want SQLSTATE 3D000\n%s", err, logs.String())
 		}
 	}
-	waitFor(t, func() bool { return len(srv.manager.Pools()) == 0 })
+	waitFor(t, func() bool { return len(srv.live.manager.Load().Pools()) == 0 })
 
 	conn, err := pgconn.Connect(ctx, url("postgres"))
 	if err != nil {
@@ -622,7 +632,7 @@ func TestServeWildcardPoolBounds(t *testing.T) {
 	if !errors.As(err, &pe) || pe.Code != "53300" || !strings.Contains(pe.Message, "too many pools") {
 		t.Fatalf("pool beyond max_pools: %v, want SQLSTATE 53300 too many pools", err)
 	}
-	if n := len(srv.manager.Pools()); n != 1 {
+	if n := len(srv.live.manager.Load().Pools()); n != 1 {
 		t.Errorf("%d pools, want 1", n)
 	}
 }

@@ -9,7 +9,9 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"os/signal"
 	"runtime"
+	"syscall"
 
 	"github.com/pgquic/pgquic/config"
 )
@@ -45,11 +47,41 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		return 2
 	}
 	setProcs(cfg.Procs, logger)
+	// The first SIGINT or SIGTERM cancels ctx (see main) and starts the
+	// drain; a second one forces it. Being registered here also keeps the
+	// second signal from killing the process outright, so the requests of
+	// the sessions cut off are cancelled on the server before it exits.
+	// SIGHUP re-reads the configuration (the --config file and the flags).
+	// They are caught from before the start, so that a SIGHUP sent as soon
+	// as the ready line appears does not end the process.
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
+	defer signal.Stop(sigs)
+	watchDone := make(chan struct{})
+	defer close(watchDone)
 	srv, err := startServer(ctx, cfg, logger)
 	if err != nil {
 		logger.Error("start failed", "err", err)
 		return 1
 	}
+	go func() {
+		for n := 0; ; {
+			select {
+			case sig := <-sigs:
+				if sig == syscall.SIGHUP {
+					logger.Info("SIGHUP: reloading the configuration")
+					_ = srv.reloadFromFlags(context.Background(), args)
+					continue
+				}
+				if n++; n == 2 {
+					srv.Force()
+					return
+				}
+			case <-watchDone:
+				return
+			}
+		}
+	}()
 	if err := srv.Run(ctx); err != nil {
 		logger.Error("stopped with error", "err", err)
 		return 1

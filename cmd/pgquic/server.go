@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -41,18 +42,38 @@ type server struct {
 	reg    *prometheus.Registry
 
 	cluster *pgcluster.Cluster // throwaway PostgreSQL, nil when a backend is configured
-	manager *backend.Manager
 	pooler  *pooler.Pooler
 	tcp     *tcpfront.Server  // nil when disabled
 	quic    *quicfront.Server // nil when disabled
 	metrics *metricsServer    // nil when disabled
+
+	bmetrics *backend.Metrics // shared by every Manager the server has had
+	retiring sync.WaitGroup   // Managers a reload replaced, still closing
+
+	force     chan struct{} // closed by Force
+	forceOnce sync.Once
+
+	live reloadable // what a configuration reload replaces (reload.go)
+}
+
+// errForced is Run's result when Force cut the drain short.
+var errForced = errors.New("shutdown forced before open transactions finished")
+
+// Force cuts a shutdown short: sessions still open are ended at once, the
+// requests they were running cancelled on the server, and their server
+// connections closed. runServe calls it on a second SIGINT or SIGTERM.
+func (s *server) Force() {
+	s.forceOnce.Do(func() {
+		s.logger.Warn("second signal: forcing shutdown, open transactions are cut off")
+		close(s.force)
+	})
 }
 
 // startServer builds every component from cfg (which must be valid, with
 // defaults applied), opens all listeners and logs the one "ready" line. On
 // error everything built so far is torn down. ctx bounds the start only.
 func startServer(ctx context.Context, cfg *config.Config, logger *slog.Logger) (_ *server, err error) {
-	s := &server{cfg: cfg, logger: logger, reg: prometheus.NewRegistry()}
+	s := &server{cfg: cfg, logger: logger, reg: prometheus.NewRegistry(), force: make(chan struct{})}
 	defer func() {
 		if err != nil {
 			s.closeBackends()
@@ -75,21 +96,18 @@ func startServer(ctx context.Context, cfg *config.Config, logger *slog.Logger) (
 	if err != nil {
 		return nil, err
 	}
-
-	s.manager, err = backend.NewManager(ctx, backend.ManagerConfig{
-		Routes: routes,
-		Defaults: backend.PoolConfig{
-			PoolSize:          cfg.PoolSize,
-			ConnectTimeout:    cfg.ServerConnectTimeout,
-			ServerLifetime:    cfg.ServerLifetime,
-			ServerIdleTimeout: cfg.ServerIdleTimeout,
-		},
-		MaxPools:        cfg.MaxPools,
-		PoolIdleTimeout: cfg.PoolIdleTimeout,
-	}, logger.With("component", "backend"), s.reg)
-	if err != nil {
-		return nil, fmt.Errorf("backend: %w", err)
+	s.live.cfg.Store(cfg)
+	s.live.authn.Store(authn)
+	if tlsConf != nil {
+		s.live.cert.Store(&tlsConf.Certificates[0])
 	}
+
+	s.bmetrics = backend.NewMetrics(s.reg)
+	mgr, err := s.newManager(ctx, cfg, routes)
+	if err != nil {
+		return nil, err
+	}
+	s.live.manager.Store(mgr)
 	s.pooler, err = pooler.New(pooler.Config{
 		Mode:                   pooler.Mode(cfg.Mode),
 		MaxClients:             cfg.MaxClientConn,
@@ -105,16 +123,21 @@ func startServer(ctx context.Context, cfg *config.Config, logger *slog.Logger) (
 		ClientStatementBytes:   cfg.ClientStatementBytes,
 		RoleChanges:            pooler.RoleChangePolicy(cfg.RoleChanges),
 		SessionState:           pooler.SessionStatePolicy(cfg.SessionState),
-		Auth:                   authn,
-	}, s.manager, logger.With("component", "pooler"), s.reg)
+		Auth:                   &s.live,
+	}, &s.live, logger.With("component", "pooler"), s.reg)
 	if err != nil {
 		return nil, fmt.Errorf("pooler: %w", err)
 	}
 
 	if cfg.TCPListen != "" {
+		var ttls *tls.Config
+		if tlsConf != nil {
+			// The TCP front takes the certificate a reload last loaded.
+			ttls = &tls.Config{GetCertificate: s.live.certificate, MinVersion: tlsConf.MinVersion}
+		}
 		s.tcp, err = tcpfront.New(tcpfront.Config{
 			Addr:       cfg.TCPListen,
-			TLSConfig:  tlsConf,
+			TLSConfig:  ttls,
 			RequireTLS: cfg.RequireTLS,
 			MaxConns:   cfg.MaxClientConn,
 		}, s.pooler, logger.With("component", "tcp"), s.reg)
@@ -177,6 +200,23 @@ func startServer(ctx context.Context, cfg *config.Config, logger *slog.Logger) (
 // routes, starting a throwaway PostgreSQL when neither is configured.
 func (s *server) routes(ctx context.Context) ([]backend.Route, error) {
 	cfg := s.cfg
+	if cfg.Backend == "" && len(cfg.Databases) == 0 {
+		startCtx, cancel := context.WithTimeout(ctx, embeddedStartTimeout)
+		defer cancel()
+		s.logger.Info("no backend configured; starting a throwaway PostgreSQL")
+		c, err := pgcluster.Start(startCtx, pgcluster.Options{Logger: s.logger.With("component", "pgcluster")})
+		if err != nil {
+			return nil, fmt.Errorf("start throwaway PostgreSQL (pass --backend to use your own): %w", err)
+		}
+		s.cluster = c
+		s.logger.Info("throwaway PostgreSQL running; it is deleted at exit", "url", c.SuperURL("postgres"), "data_dir", c.DataDir)
+	}
+	return s.routesFor(cfg), nil
+}
+
+// routesFor turns cfg's databases and wildcard backend into backend routes;
+// with neither, the wildcard route goes to the throwaway PostgreSQL.
+func (s *server) routesFor(cfg *config.Config) []backend.Route {
 	var routes []backend.Route
 	for _, d := range cfg.Databases {
 		routes = append(routes, backend.Route{
@@ -190,17 +230,8 @@ func (s *server) routes(ctx context.Context) ([]backend.Route, error) {
 		})
 	}
 	wildcard := cfg.Backend
-	if wildcard == "" && len(cfg.Databases) == 0 {
-		startCtx, cancel := context.WithTimeout(ctx, embeddedStartTimeout)
-		defer cancel()
-		s.logger.Info("no backend configured; starting a throwaway PostgreSQL")
-		c, err := pgcluster.Start(startCtx, pgcluster.Options{Logger: s.logger.With("component", "pgcluster")})
-		if err != nil {
-			return nil, fmt.Errorf("start throwaway PostgreSQL (pass --backend to use your own): %w", err)
-		}
-		s.cluster = c
-		wildcard = c.SuperURL("postgres")
-		s.logger.Info("throwaway PostgreSQL running; it is deleted at exit", "url", wildcard, "data_dir", c.DataDir)
+	if wildcard == "" && len(cfg.Databases) == 0 && s.cluster != nil {
+		wildcard = s.cluster.SuperURL("postgres")
 	}
 	if wildcard != "" {
 		routes = append(routes, backend.Route{
@@ -211,7 +242,28 @@ func (s *server) routes(ctx context.Context) ([]backend.Route, error) {
 			},
 		})
 	}
-	return routes, nil
+	return routes
+}
+
+// newManager opens the server pools of cfg's routes, with the server's
+// shared backend metrics.
+func (s *server) newManager(ctx context.Context, cfg *config.Config, routes []backend.Route) (*backend.Manager, error) {
+	m, err := backend.NewManager(ctx, backend.ManagerConfig{
+		Routes: routes,
+		Defaults: backend.PoolConfig{
+			PoolSize:          cfg.PoolSize,
+			ConnectTimeout:    cfg.ServerConnectTimeout,
+			ServerLifetime:    cfg.ServerLifetime,
+			ServerIdleTimeout: cfg.ServerIdleTimeout,
+		},
+		MaxPools:        cfg.MaxPools,
+		PoolIdleTimeout: cfg.PoolIdleTimeout,
+		Metrics:         s.bmetrics,
+	}, s.logger.With("component", "backend"), nil)
+	if err != nil {
+		return nil, fmt.Errorf("backend: %w", err)
+	}
+	return m, nil
 }
 
 // loadTLS reads the certificate pair, or returns nil when none is
@@ -314,7 +366,7 @@ func (s *server) Run(ctx context.Context) error {
 	var failure error
 	select {
 	case <-ctx.Done():
-		s.logger.Info("shutting down", "grace", s.cfg.ShutdownGrace)
+		s.logger.Info("shutting down", "grace", s.live.cfg.Load().ShutdownGrace)
 	case failure = <-failed:
 		s.logger.Error("shutting down after a failure", "err", failure)
 	}
@@ -322,16 +374,34 @@ func (s *server) Run(ctx context.Context) error {
 	s.shutdown()
 	cancelServe()
 	_ = g.Wait() // failures after stopping began are expected and not reported
+	if failure == nil {
+		select {
+		case <-s.force:
+			failure = errForced
+		default:
+		}
+	}
 	return failure
 }
 
 // shutdown drains and closes every component, within the grace period.
 func (s *server) shutdown() {
 	start := time.Now()
-	poolCtx, cancelPool := context.WithTimeout(context.Background(), s.cfg.ShutdownGrace)
+	grace := s.live.cfg.Load().ShutdownGrace
+	poolCtx, cancelPool := context.WithTimeout(context.Background(), grace)
 	defer cancelPool()
-	frontCtx, cancelFront := context.WithTimeout(context.Background(), s.cfg.ShutdownGrace+frontGraceExtra)
+	frontCtx, cancelFront := context.WithTimeout(context.Background(), grace+frontGraceExtra)
 	defer cancelFront()
+	drained := make(chan struct{})
+	defer close(drained)
+	go func() {
+		select {
+		case <-s.force:
+			cancelPool()
+			cancelFront()
+		case <-drained:
+		}
+	}()
 
 	var g errgroup.Group
 	if s.tcp != nil {
@@ -368,12 +438,16 @@ func (s *server) closeListeners() {
 	}
 }
 
-// closeBackends closes the server pools and stops a throwaway PostgreSQL.
+// closeBackends closes the server pools (those a reload replaced too) and
+// stops a throwaway PostgreSQL.
 func (s *server) closeBackends() {
-	if s.manager != nil {
-		s.manager.Close()
-		s.manager = nil
+	s.live.mu.Lock()
+	s.live.closed = true
+	s.live.mu.Unlock()
+	if m := s.live.manager.Swap(nil); m != nil {
+		m.Close()
 	}
+	s.retiring.Wait()
 	if s.cluster != nil {
 		if err := s.cluster.Stop(); err != nil {
 			s.logger.Warn("stopping throwaway PostgreSQL", "err", err)
