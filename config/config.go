@@ -161,6 +161,25 @@ type Config struct {
 	// Default: false.
 	RequireTLS bool `yaml:"require_tls"`
 
+	// TLSSessionTicketKeysFile holds the keys that encrypt TLS session
+	// tickets, for the TCP front and QUIC alike: one secret per line (at
+	// least 32 characters, e.g. `openssl rand -hex 32`), the first encrypts
+	// new tickets and every line decrypts, so a key is rotated by adding a
+	// line on top and dropping the last one later. Replicas behind one
+	// address share the file so a client resumes its TLS session on any of
+	// them. Needs TLSCert. Default: none (each process makes its own keys,
+	// so resumption works only against the replica that issued the ticket).
+	TLSSessionTicketKeysFile string `yaml:"tls_session_ticket_keys_file"`
+
+	// QUICStatelessResetKeyFile holds the secret (at least 32 bytes, e.g.
+	// `openssl rand -hex 32`) the QUIC front keys its stateless resets with.
+	// Replicas behind one address share it, so when one goes away the next
+	// packet its clients send reaches another that resets the connection
+	// at once instead of letting the client wait for its idle timeout.
+	// Default: none (the key is derived from the TLS private key, which
+	// replicas sharing a certificate already share).
+	QUICStatelessResetKeyFile string `yaml:"quic_stateless_reset_key_file"`
+
 	// ALPN is the protocol name negotiated on QUIC connections.
 	// Default: "pgquic/1".
 	ALPN string `yaml:"alpn"`
@@ -490,6 +509,9 @@ func (c *Config) Validate() error {
 	}
 	if c.RequireTLS && c.TLSCert == "" {
 		bad("require_tls: needs tls_cert and tls_key")
+	}
+	if c.TLSSessionTicketKeysFile != "" && c.TLSCert == "" {
+		bad("tls_session_ticket_keys_file: needs tls_cert and tls_key")
 	}
 	if strings.TrimSpace(c.ALPN) == "" || len(c.ALPN) > 255 {
 		bad("alpn: %q must be 1 to 255 non-blank bytes", c.ALPN)

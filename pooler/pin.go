@@ -23,9 +23,10 @@ import (
 // Query and every Parse's text, noted when the server is about to run them,
 // and a statement that may hold state pins at once, whether or not it
 // succeeds: the pooler errs towards pinning. Unpinning, in contrast, asks
-// the server: after a statement that may drop state the client holds
-// (DISCARD ALL/TEMP, DROP, UNLISTEN, pg_advisory_unlock*, CLOSE,
-// DEALLOCATE) or that may create state the text does not show (DO, CALL),
+// the server: after a statement that may hold state (it may have failed or
+// been rolled back), one that may drop state the client holds (DISCARD
+// ALL/TEMP, DROP, UNLISTEN, pg_advisory_unlock*, CLOSE, DEALLOCATE) or one
+// that may create state the text does not show (DO, CALL),
 // the pooler pipelines one quiet probe query behind the client's next
 // synchronisation point, at a moment no transaction block is open. The
 // probe reads the server's own catalogues (pg_my_temp_schema,
@@ -126,8 +127,11 @@ func (s *session) noteState(a *attachment, in pinInfo) {
 		return
 	}
 	if in.holds != 0 {
+		// Pin at once; the probe then lifts the pin if the statement
+		// failed, was rolled back, or made a table ON COMMIT DROP.
 		s.pin.gen++
 		s.pinLocked(a, in.holds, in.kind)
+		s.pin.probe = true
 	}
 	if in.opaque {
 		s.pin.gen++
@@ -200,12 +204,15 @@ const probeSQL = "SELECT" +
 	" EXISTS (SELECT 1 FROM pg_catalog.pg_prepared_statements WHERE from_sql)"
 
 // probeLocked returns the probe's Query frame, and queues its quiet reply,
-// when one is wanted, no transaction block is open on a's server as far
-// as the pooler knows and no COPY was sent (a Query reaching a server that
-// waits for copy data breaks the COPY); otherwise nil, and the probe waits
-// for the next safe point. s.mu must be held.
-func (s *session) probeLocked(a *attachment) []byte {
-	if !s.pin.probe || s.p.cfg.Mode != ModeTransaction || a.begun || a.status == 'T' || a.status == 'E' || a.copy {
+// when one is wanted, no transaction block will be open on a's server
+// once the request just staged has run, as far as the pooler knows (ends:
+// that request ends the block the last ReadyForQuery reported), and no
+// COPY was sent (a Query reaching a server that waits for copy data breaks
+// the COPY); otherwise nil, and the probe waits for the next safe point. A
+// wrong guess costs only a probe whose answer is not used. s.mu must be
+// held.
+func (s *session) probeLocked(a *attachment, ends bool) []byte {
+	if !s.pin.probe || s.p.cfg.Mode != ModeTransaction || a.begun || ((a.status == 'T' || a.status == 'E') && !ends) || a.copy {
 		return nil
 	}
 	s.pin.probe = false
@@ -213,13 +220,14 @@ func (s *session) probeLocked(a *attachment) []byte {
 	return appendQuery(nil, probeSQL)
 }
 
-// writeServerProbing stages frame for a's server followed, when one is
-// due, by the probe. s.mu must be held.
-func (s *session) writeServerProbing(a *attachment, frame []byte) error {
+// writeServerProbing stages frame, a request with the statements info,
+// for a's server followed, when one is due, by the probe. s.mu must be
+// held.
+func (s *session) writeServerProbing(a *attachment, frame []byte, info sqlInfo) error {
 	if err := s.writeServer(a, frame); err != nil {
 		return err
 	}
-	if p := s.probeLocked(a); p != nil {
+	if p := s.probeLocked(a, info.ends && !info.begins); p != nil {
 		return s.writeServer(a, p)
 	}
 	return nil
@@ -234,7 +242,7 @@ func (s *session) syncProbingLocked(a *attachment) error {
 	if err := s.cr.Skip(); err != nil {
 		return err
 	}
-	return s.writeServerProbing(a, []byte{'S', 0, 0, 0, 4})
+	return s.writeServerProbing(a, []byte{'S', 0, 0, 0, 4}, sqlInfo{})
 }
 
 // probeRowLocked reads the probe's DataRow. s.mu must be held.

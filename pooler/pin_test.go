@@ -96,14 +96,16 @@ func pinHarness(t *testing.T, cfg pooler.Config) (*harness, *prometheus.Registry
 	return newHarness(t, harnessOpts{cluster: sharedCluster(t), poolSize: 2, cfg: cfg, reg: reg}), reg
 }
 
-// metricValue returns the value of the pooler series name (with the label
-// reason=label when label is not empty), 0 when absent.
+// metricValue returns the value of the pooler series name with the label
+// reason=label, or the sum of its series when label is empty; 0 when
+// absent.
 func metricValue(t testing.TB, reg *prometheus.Registry, name, label string) float64 {
 	t.Helper()
 	mfs, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)
 	}
+	sum := 0.0
 	for _, mf := range mfs {
 		if mf.GetName() != name {
 			continue
@@ -113,12 +115,13 @@ func metricValue(t testing.TB, reg *prometheus.Registry, name, label string) flo
 				continue
 			}
 			if m.GetCounter() != nil {
-				return m.GetCounter().GetValue()
+				sum += m.GetCounter().GetValue()
+			} else {
+				sum += m.GetGauge().GetValue()
 			}
-			return m.GetGauge().GetValue()
 		}
 	}
-	return 0
+	return sum
 }
 
 // waitPinned waits until the pinned-clients gauge reads want.
@@ -358,6 +361,53 @@ func TestSessionStateNotReleased(t *testing.T) {
 	h.waitNoneInUse(t)
 }
 
+// TestSessionStateReleasedInBlock: state released inside a transaction
+// block unpins the client when the block commits, without waiting for
+// another request.
+func TestSessionStateReleasedInBlock(t *testing.T) {
+	ctx := testCtx(t, time.Minute)
+	h, reg := pinHarness(t, pooler.Config{})
+	p := h.connect(ctx, t)
+	create(ctx, t, p.PgConn(), stateCase{create: []string{"LISTEN a"}})
+	waitPinned(t, reg, 1)
+	tx, err := p.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.PgConn().ExecParams(ctx, "UNLISTEN *", nil, nil, nil, nil).Read().Err; err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	waitPinned(t, reg, 0)
+	h.waitNoneInUse(t)
+}
+
+// TestSessionStateGoneAtCommit: state that does not outlive its statement
+// or block (a failed LISTEN, a rolled-back temporary table, a temporary
+// table ON COMMIT DROP, a failed lock call) pins the client only until the
+// server says so.
+func TestSessionStateGoneAtCommit(t *testing.T) {
+	ctx := testCtx(t, time.Minute)
+	h, reg := pinHarness(t, pooler.Config{})
+	p := h.connect(ctx, t).PgConn()
+	for i, sql := range []string{
+		"BEGIN; CREATE TEMP TABLE pin_t (a int) ON COMMIT DROP; INSERT INTO pin_t VALUES (1); COMMIT",
+		"BEGIN; LISTEN pin_gone; ROLLBACK",
+		"BEGIN; CREATE TEMP TABLE pin_t (a int); ROLLBACK",
+		"LISTEN pin_gone; SELECT 1/0",
+		"SELECT pg_advisory_lock(1/0)",
+	} {
+		_, _ = p.Exec(ctx, sql).ReadAll()
+		if got := metricValue(t, reg, "pgquic_pooler_pins_total", ""); got != float64(i+1) {
+			t.Errorf("after %s: pins_total = %v, want %d", sql, got, i+1)
+		}
+		waitPinned(t, reg, 0)
+		h.waitNoneInUse(t)
+	}
+}
+
 // TestSessionStateLookalikesNotPinned: the statements' keywords inside
 // strings, comments, dollar quotes and quoted identifiers, transaction-scoped
 // advisory locks and cursors without HOLD pin nobody: the pool of two
@@ -457,4 +507,62 @@ func TestSessionStateError(t *testing.T) {
 	}
 	waitPinned(t, reg, 0)
 	h.waitNoneInUse(t)
+}
+
+// TestListenNotifiedWhileIdle: a LISTENing client that sends nothing more
+// still gets its notifications, in session mode as in transaction mode, and
+// keeps working afterwards.
+func TestListenNotifiedWhileIdle(t *testing.T) {
+	ctx := testCtx(t, time.Minute)
+	for _, mode := range []pooler.Mode{pooler.ModeSession, pooler.ModeTransaction} {
+		t.Run(string(mode), func(t *testing.T) {
+			h, _ := pinHarness(t, pooler.Config{Mode: mode})
+			p := h.connect(ctx, t)
+			if _, err := p.Exec(ctx, "LISTEN idle_chan"); err != nil {
+				t.Fatal(err)
+			}
+			d := direct(ctx, t, sharedCluster(t))
+			for i := range 3 {
+				payload := fmt.Sprint(i)
+				if _, err := d.Exec(ctx, "SELECT pg_notify('idle_chan', $1)", payload); err != nil {
+					t.Fatal(err)
+				}
+				wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+				n, err := p.WaitForNotification(wctx)
+				cancel()
+				if err != nil {
+					t.Fatalf("notification %d: %v", i, err)
+				}
+				if n.Payload != payload {
+					t.Fatalf("notification %d: payload %q", i, n.Payload)
+				}
+			}
+			if got := preparedOne(ctx, t, p, "SELECT count(*)::text FROM pg_listening_channels()"); got != "1" {
+				t.Errorf("listening channels: %s", got)
+			}
+		})
+	}
+}
+
+// TestSessionStateResetQueryNotDiscard: when ResetQuery is not DISCARD ALL,
+// a client leaving while pinned by session state still gets DISCARD ALL, so
+// its temporary table and lock never reach the next borrower.
+func TestSessionStateResetQueryNotDiscard(t *testing.T) {
+	ctx := testCtx(t, time.Minute)
+	h, reg := pinHarness(t, pooler.Config{ResetQuery: "RESET ALL"})
+	tc := stateCase{
+		create:  []string{"CREATE TEMP TABLE pin_t (a int)", "SELECT pg_advisory_lock(99)"},
+		check:   "SELECT coalesce(to_regclass('pin_t')::text, 'none') || (SELECT count(*)::text FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid())",
+		absent:  "none0",
+		release: "disconnect",
+	}
+	p := h.connect(ctx, t)
+	create(ctx, t, p.PgConn(), tc)
+	pinned := simpleOne(ctx, t, p.PgConn(), "SELECT pg_backend_pid()::text")
+	if err := p.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	waitPinned(t, reg, 0)
+	h.waitNoneInUse(t)
+	checkEveryConnClean(ctx, t, h, tc, pinned)
 }

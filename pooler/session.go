@@ -326,7 +326,7 @@ func (s *session) handleSync(ctx context.Context) error {
 	} else if err = s.cr.Skip(); err == nil {
 		// The pooler's queries go right behind the Sync: the probe
 		// (pin.go), then the parameters' (see followLocked).
-		if err = s.writeServerProbing(a, syncMsg); err == nil {
+		if err = s.writeServerProbing(a, syncMsg, sqlInfo{}); err == nil {
 			err = s.followLocked(a)
 		}
 	}

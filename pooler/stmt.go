@@ -557,7 +557,7 @@ func (s *session) handleQuery(ctx context.Context) error {
 	a.st.unnamedOK = false // a simple Query destroys the unnamed statement
 	// A DEALLOCATE or DISCARD that reaches the server, in this protocol or
 	// the extended one, is seen by its command tag (see serverDropped).
-	if err := s.writeServerProbing(a, s.frame('Q', body)); err != nil {
+	if err := s.writeServerProbing(a, s.frame('Q', body), info); err != nil {
 		return err
 	}
 	return s.followLocked(a)

@@ -123,7 +123,7 @@ func runEdgeWith(ctx context.Context, ec edgeConfig, logger *slog.Logger) error 
 			collectors.NewGoCollector(),
 			collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		)
-		metrics = newMetricsServer(reg)
+		metrics = newMetricsServer(reg, nil)
 	}
 	dialer, err := quicclient.NewDialer(quicclient.DialerConfig{
 		Addr:              ec.pooler,

@@ -113,6 +113,8 @@ func parseServeFlags(args []string, stdout, stderr io.Writer) (*config.Config, e
 		tlsCert     = fs.String("tls-cert", "", "PEM certificate `file` for TCP TLS and QUIC; default: QUIC uses a generated self-signed certificate and TCP has no TLS")
 		tlsKey      = fs.String("tls-key", "", "PEM private key `file` matching --tls-cert")
 		requireTLS  = fs.Bool("require-tls", false, "refuse TCP clients that do not use TLS (needs --tls-cert)")
+		ticketKeys  = fs.String("tls-session-ticket-keys-file", "", "`file` of TLS session-ticket secrets shared by replicas, TCP and QUIC (one per line, >= 32 characters, the first encrypts; needs --tls-cert); default: per process")
+		resetKey    = fs.String("quic-stateless-reset-key-file", "", "`file` holding the QUIC stateless-reset secret (>= 32 bytes) shared by replicas behind one address; default: derived from the TLS key")
 		alpn        = fs.String("alpn", config.DefaultALPN, "QUIC application protocol `name`")
 		authMethod  = fs.String("auth-method", config.DefaultAuthMethod, "client authentication `method`: trust, scram-sha-256, md5 or password; trust must be given explicitly on a listen address other than loopback")
 		authFile    = fs.String("auth-file", "", "PgBouncer-format userlist `file` (\"user\" \"secret\" per line)")
@@ -175,6 +177,10 @@ func parseServeFlags(args []string, stdout, stderr io.Writer) (*config.Config, e
 			cfg.TLSKey = *tlsKey
 		case "require-tls":
 			cfg.RequireTLS = *requireTLS
+		case "tls-session-ticket-keys-file":
+			cfg.TLSSessionTicketKeysFile = *ticketKeys
+		case "quic-stateless-reset-key-file":
+			cfg.QUICStatelessResetKeyFile = *resetKey
 		case "alpn":
 			cfg.ALPN = *alpn
 		case "auth-method":

@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/quic-go/quic-go"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/pgquic/pgquic/backend"
@@ -46,6 +47,7 @@ type server struct {
 	tcp     *tcpfront.Server  // nil when disabled
 	quic    *quicfront.Server // nil when disabled
 	metrics *metricsServer    // nil when disabled
+	health  *health
 
 	bmetrics *backend.Metrics // shared by every Manager the server has had
 	retiring sync.WaitGroup   // Managers a reload replaced, still closing
@@ -133,7 +135,10 @@ func startServer(ctx context.Context, cfg *config.Config, logger *slog.Logger) (
 		var ttls *tls.Config
 		if tlsConf != nil {
 			// The TCP front takes the certificate a reload last loaded.
-			ttls = &tls.Config{GetCertificate: s.live.certificate, MinVersion: tlsConf.MinVersion}
+			// Clone keeps the session-ticket keys shared by replicas.
+			ttls = tlsConf.Clone()
+			ttls.Certificates = nil
+			ttls.GetCertificate = s.live.certificate
 		}
 		s.tcp, err = tcpfront.New(tcpfront.Config{
 			Addr:       cfg.TCPListen,
@@ -150,19 +155,33 @@ func startServer(ctx context.Context, cfg *config.Config, logger *slog.Logger) (
 		if tlsConf != nil {
 			qtls = tlsConf.Clone()
 		}
+		var resetKey *quic.StatelessResetKey
+		if cfg.QUICStatelessResetKeyFile != "" {
+			if resetKey, err = loadResetKey(cfg.QUICStatelessResetKeyFile); err != nil {
+				return nil, err
+			}
+		}
 		s.quic, err = quicfront.NewServer(quicfront.ServerConfig{
 			Addr:              cfg.QUICListen,
 			TLSConfig:         qtls,
 			ALPN:              cfg.ALPN,
 			MaxConns:          cfg.QUICMaxConns,
 			MaxStreamsPerConn: cfg.QUICMaxStreams,
+			StatelessResetKey: resetKey,
 		}, s.pooler, logger.With("component", "quic"), s.reg)
 		if err != nil {
 			return nil, err
 		}
 	}
+	var backendURLs []string
+	for _, r := range routes {
+		backendURLs = append(backendURLs, r.ConnString)
+	}
+	if s.health, err = newHealth(backendURLs); err != nil {
+		return nil, err
+	}
 	if cfg.MetricsListen != "" {
-		s.metrics = newMetricsServer(s.reg)
+		s.metrics = newMetricsServer(s.reg, s.health)
 	}
 
 	// Listen last, so a configuration error never leaves a half-open port.
@@ -277,7 +296,16 @@ func loadTLS(cfg *config.Config) (*tls.Config, error) {
 	if err != nil {
 		return nil, fmt.Errorf("load TLS certificate: %w", err)
 	}
-	return &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}, nil
+	tc := &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+	if cfg.TLSSessionTicketKeysFile != "" {
+		keys, err := loadTicketKeys(cfg.TLSSessionTicketKeysFile)
+		if err != nil {
+			return nil, err
+		}
+		// Clone keeps the keys, so the QUIC front's copy uses them too.
+		tc.SetSessionTicketKeys(keys)
+	}
+	return tc, nil
 }
 
 // newAuthenticator builds the client authenticator, reading the userlist
@@ -362,6 +390,7 @@ func (s *server) Run(ctx context.Context) error {
 	if s.metrics != nil {
 		actor("metrics server", s.metrics.Serve)
 	}
+	s.health.serving.Store(true)
 
 	var failure error
 	select {
@@ -371,6 +400,7 @@ func (s *server) Run(ctx context.Context) error {
 		s.logger.Error("shutting down after a failure", "err", failure)
 	}
 	close(stopping)
+	s.health.draining.Store(true)
 	s.shutdown()
 	cancelServe()
 	_ = g.Wait() // failures after stopping began are expected and not reported
@@ -456,21 +486,25 @@ func (s *server) closeBackends() {
 	}
 }
 
-// metricsServer serves the Prometheus registry at /metrics.
+// metricsServer serves the Prometheus registry at /metrics and, for `pgquic
+// serve`, the health endpoints /healthz and /readyz (h nil: none).
 type metricsServer struct {
 	srv *http.Server
 	ln  net.Listener
 }
 
-func newMetricsServer(reg *prometheus.Registry) *metricsServer {
+func newMetricsServer(reg *prometheus.Registry, h *health) *metricsServer {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+	if h != nil {
+		h.register(mux)
+	}
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path != "/" {
 			http.NotFound(w, r)
 			return
 		}
-		fmt.Fprintln(w, "pgquic: metrics at /metrics")
+		fmt.Fprintln(w, "pgquic: metrics at /metrics, liveness at /healthz, readiness at /readyz")
 	})
 	return &metricsServer{srv: &http.Server{
 		Handler:           mux,
