@@ -87,47 +87,34 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	// Several poolers may share one registry (tests, or a program running
 	// two): the second one adopts the series the first registered, so both
 	// count into what /metrics shows instead of into unregistered copies.
-	var err error
-	if m.clients, err = register(reg, m.clients); err != nil {
-		return nil, err
-	}
-	if m.sessions, err = register(reg, m.sessions); err != nil {
-		return nil, err
-	}
-	if m.transactions, err = register(reg, m.transactions); err != nil {
-		return nil, err
-	}
-	if m.assignments, err = register(reg, m.assignments); err != nil {
-		return nil, err
-	}
-	if m.errors, err = register(reg, m.errors); err != nil {
-		return nil, err
-	}
-	if m.prepares, err = register(reg, m.prepares); err != nil {
-		return nil, err
-	}
-	if m.cancels, err = register(reg, m.cancels); err != nil {
-		return nil, err
-	}
-	if m.waitSeconds, err = register(reg, m.waitSeconds); err != nil {
-		return nil, err
-	}
-	if m.bytesIn, err = register(reg, m.bytesIn); err != nil {
-		return nil, err
-	}
-	if m.bytesOut, err = register(reg, m.bytesOut); err != nil {
-		return nil, err
-	}
-	if m.serverErrors, err = register(reg, m.serverErrors); err != nil {
-		return nil, err
-	}
-	if m.pins, err = register(reg, m.pins); err != nil {
-		return nil, err
-	}
-	if m.pinned, err = register(reg, m.pinned); err != nil {
+	var errs []error
+	adopt(reg, &m.clients, &errs)
+	adopt(reg, &m.sessions, &errs)
+	adopt(reg, &m.transactions, &errs)
+	adopt(reg, &m.assignments, &errs)
+	adopt(reg, &m.errors, &errs)
+	adopt(reg, &m.prepares, &errs)
+	adopt(reg, &m.cancels, &errs)
+	adopt(reg, &m.waitSeconds, &errs)
+	adopt(reg, &m.bytesIn, &errs)
+	adopt(reg, &m.bytesOut, &errs)
+	adopt(reg, &m.serverErrors, &errs)
+	adopt(reg, &m.pins, &errs)
+	adopt(reg, &m.pinned, &errs)
+	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
 	return m, nil
+}
+
+// adopt registers *c with reg, replacing it by the collector already
+// registered under the same description if there is one, and appends any
+// other error to errs.
+func adopt[C prometheus.Collector](reg prometheus.Registerer, c *C, errs *[]error) {
+	var err error
+	if *c, err = register(reg, *c); err != nil {
+		*errs = append(*errs, err)
+	}
 }
 
 // register registers c with reg and returns it, or the collector already

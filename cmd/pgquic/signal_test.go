@@ -71,13 +71,25 @@ func signalTestSetup(t *testing.T, ctx context.Context) (*servedProcess, string,
 	return p, url, d
 }
 
-// waitRunning waits until the server shows query running.
-func waitRunning(t *testing.T, ctx context.Context, d *pgconn.PgConn, query string) {
+// runningQuery connects to url, sends query in the background and returns
+// once the server (seen through d) runs it; the channel yields its result.
+func runningQuery(t *testing.T, ctx context.Context, url string, d *pgconn.PgConn, query string) <-chan error {
 	t.Helper()
+	conn, err := pgconn.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close(context.Background()) })
+	done := make(chan error, 1)
+	go func() {
+		_, err := conn.Exec(ctx, query).ReadAll()
+		done <- err
+	}()
 	waitFor(t, func() bool {
 		res, err := d.Exec(ctx, fmt.Sprintf("SELECT count(*) FROM pg_stat_activity WHERE query = '%s' AND state = 'active'", query)).ReadAll()
 		return err == nil && string(res[0].Rows[0][0]) == "1"
 	})
+	return done
 }
 
 // TestServeSIGTERMDrains: SIGTERM while a transaction runs a 2-second
@@ -87,18 +99,7 @@ func TestServeSIGTERMDrains(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 	defer cancel()
 	p, url, d := signalTestSetup(t, ctx)
-	conn, err := pgconn.Connect(ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(ctx)
-	const sleep = "SELECT pg_sleep(2)"
-	done := make(chan error, 1)
-	go func() {
-		_, err := conn.Exec(ctx, "BEGIN; INSERT INTO sigterm_t VALUES (1); "+sleep+"; COMMIT").ReadAll()
-		done <- err
-	}()
-	waitRunning(t, ctx, d, "BEGIN; INSERT INTO sigterm_t VALUES (1); "+sleep+"; COMMIT")
+	done := runningQuery(t, ctx, url, d, "BEGIN; INSERT INTO sigterm_t VALUES (1); SELECT pg_sleep(2); COMMIT")
 	signalled := time.Now()
 	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
@@ -135,18 +136,8 @@ func TestServeSecondSignalForces(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 	defer cancel()
 	p, url, d := signalTestSetup(t, ctx)
-	conn, err := pgconn.Connect(ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(ctx)
 	const q = "BEGIN; INSERT INTO sigterm_t VALUES (2); SELECT pg_sleep(60); COMMIT"
-	done := make(chan error, 1)
-	go func() {
-		_, err := conn.Exec(ctx, q).ReadAll()
-		done <- err
-	}()
-	waitRunning(t, ctx, d, q)
+	done := runningQuery(t, ctx, url, d, q)
 	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
