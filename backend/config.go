@@ -42,7 +42,8 @@ type PoolConfig struct {
 	PoolSize int
 
 	// MinPool is the number of connections opened at start and kept open
-	// (recreated in the background when lost). Default 0.
+	// (recreated in the background when lost). Default 0. Pools of
+	// wildcard-database routes ignore it (see Route).
 	MinPool int
 
 	// ConnectTimeout bounds one dial plus authentication. Default 5s.
@@ -53,7 +54,8 @@ type PoolConfig struct {
 	ServerLifetime time.Duration
 
 	// ServerIdleTimeout closes connections idle longer than this while the
-	// pool holds more than MinPool. Default 10m.
+	// pool holds more than MinPool (PgBouncer's server_idle_timeout, with
+	// its default). Default 10m.
 	ServerIdleTimeout time.Duration
 
 	// HealthCheckAfter makes Acquire run a round-trip check (an empty Query)

@@ -35,6 +35,12 @@ type Conn struct {
 	// can tell when a client's settings differ from this server's.
 	Params map[string]string
 
+	// ServerDefaults holds the ParameterStatus values the server sent when
+	// the connection logged in: the database's and role's defaults (ALTER
+	// DATABASE/ROLE ... SET included) as of that moment. It is never
+	// modified; Pool.ServerParams hands it out.
+	ServerDefaults map[string]string
+
 	// State belongs to the pooler layer (its per-server prepared statement
 	// cache). The backend package never reads it and drops it with the
 	// connection.

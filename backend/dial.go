@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"maps"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -60,16 +61,17 @@ func (p *Pool) dial(ctx context.Context) (*Conn, error) {
 		params = make(map[string]string)
 	}
 	c := &Conn{
-		R:         wire.NewReader(nc, bufSize, maxServerMessage),
-		W:         bufio.NewWriterSize(nc, bufSize),
-		PID:       hc.PID,
-		SecretKey: hc.SecretKey,
-		Params:    params,
-		netConn:   nc,
-		pool:      p,
-		createdAt: now,
-		lastUsed:  now,
-		tlsConfig: hc.TLSConfig,
+		R:              wire.NewReader(nc, bufSize, maxServerMessage),
+		W:              bufio.NewWriterSize(nc, bufSize),
+		PID:            hc.PID,
+		SecretKey:      hc.SecretKey,
+		Params:         params,
+		ServerDefaults: maps.Clone(params),
+		netConn:        nc,
+		pool:           p,
+		createdAt:      now,
+		lastUsed:       now,
+		tlsConfig:      hc.TLSConfig,
 	}
 	c.network, c.address = dialTarget(nc, p.pgcfg)
 	c.initRaw()

@@ -29,7 +29,9 @@ const Wildcard = "*"
 // A route with a named database connects as the database and user of its
 // ConnString, whatever the client's user. A wildcard-database route connects
 // to the client's database as the client's user, taking host, password, TLS
-// and everything else from ConnString.
+// and everything else from ConnString. Its pools ignore MinPool: they start
+// empty, and every connection idle for ServerIdleTimeout is closed, so no
+// connection lingers in a database a client touched once.
 type Route struct {
 	// Database is the database name clients ask for; "*" matches any.
 	Database string
@@ -302,7 +304,15 @@ func (m *Manager) poolFor(sk serverKey) (*Pool, error) {
 	if sk.user != "" {
 		pgcfg.User = sk.user
 	}
-	p, err := newPool(r.PoolConfig, pgcfg, m.logger, m.metrics)
+	pc := r.PoolConfig
+	if dynamic {
+		// MinPool is for pools an operator configured: a pool created for
+		// a name a client chose starts empty and shrinks back to nothing,
+		// so no server connection lingers in, say, template1 (which
+		// CREATE DATABASE needs unused) or a database being dropped.
+		pc.MinPool = 0
+	}
+	p, err := newPool(pc, pgcfg, m.logger, m.metrics)
 	if err != nil {
 		return nil, fmt.Errorf("route %d (%s/%s): %w", sk.route, r.Database, r.User, err)
 	}

@@ -89,6 +89,10 @@ type Pool struct {
 	// when the pool was last seen in use; only the reaper touches them.
 	unusedAcquires int64
 	unusedSince    time.Time
+
+	// newest is the most recently opened connection still in the pool;
+	// ServerParams reports its ServerDefaults. The destructor clears it.
+	newest atomic.Pointer[Conn]
 }
 
 // Stats is a snapshot of a pool's connections.
@@ -184,6 +188,20 @@ func (p *Pool) Database() string { return p.database }
 
 // User returns the server-side user name of the pool.
 func (p *Pool) User() string { return p.user }
+
+// ServerParams returns the ParameterStatus values the pool's newest
+// connection got from the server at login, or nil when that connection has
+// been closed (or none was opened yet). A client's greeting reports them, so
+// they must not outlive the connection they came from: after ALTER DATABASE
+// ... SET and the old connections' replacement, new clients see the new
+// defaults, as they would connecting directly. The map must not be
+// modified.
+func (p *Pool) ServerParams() map[string]string {
+	if c := p.newest.Load(); c != nil {
+		return c.ServerDefaults
+	}
+	return nil
+}
 
 // Stat returns a snapshot of the pool's connection counts.
 func (p *Pool) Stat() Stats {
@@ -325,6 +343,7 @@ func (p *Pool) construct(ctx context.Context) (*Conn, error) {
 	p.targetsMu.Lock()
 	p.targets[c.PID] = cancelTarget{network: c.network, address: c.address, tlsConfig: c.tlsConfig}
 	p.targetsMu.Unlock()
+	p.newest.Store(c)
 	p.track(c)
 	p.logger.Debug("backend: connected", "pid", c.PID, "address", c.address, "tls", c.tlsConfig != nil)
 	return c, nil
@@ -338,6 +357,7 @@ var terminateMsg = []byte{'X', 0, 0, 0, 4}
 // the socket is closed directly, skipping the close_notify alert whose write
 // could block for seconds on a dead peer.
 func (p *Pool) destruct(c *Conn) {
+	p.newest.CompareAndSwap(c, nil)
 	p.targetsMu.Lock()
 	if t, ok := p.targets[c.PID]; ok && t.address == c.address {
 		delete(p.targets, c.PID)

@@ -348,3 +348,67 @@ func TestWildcardRejectedConcurrent(t *testing.T) {
 	}
 	waitFor(t, time.Minute, "the pool to go", func() bool { return len(m.Pools()) == 0 })
 }
+
+// TestWildcardPoolsStartEmptyAndDrain: min_pool is for configured pools. A
+// wildcard pool starts with no connection and closes every connection idle
+// for ServerIdleTimeout, so after a client touched template1 through the
+// pooler, CREATE DATABASE ... TEMPLATE template1 works again while the
+// Manager runs (PostgreSQL refuses it while anyone is connected to the
+// template). A named route's pool keeps its MinPool.
+func TestWildcardPoolsStartEmptyAndDrain(t *testing.T) {
+	ctx := testCtx(t)
+	pg := pgtest.New(t, pgtest.Options{Logger: testLogger(t)})
+	const idle = 300 * time.Millisecond
+	m, err := NewManager(ctx, ManagerConfig{
+		Routes: []Route{
+			{Database: "postgres", PoolConfig: PoolConfig{ConnString: pg.SuperURL("postgres")}},
+			{Database: Wildcard, PoolConfig: PoolConfig{ConnString: pg.SuperURL("postgres")}},
+		},
+		Defaults:        PoolConfig{MinPool: 2, ServerIdleTimeout: idle},
+		PoolIdleTimeout: time.Hour, // the pool itself stays: its connections must go
+	}, testLogger(t), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	backends := func(db string) string {
+		return superQuery(ctx, t, pg.SuperURL("postgres"),
+			"SELECT count(*) FROM pg_stat_activity WHERE datname = '"+db+"' AND pid <> pg_backend_pid()")[0]
+	}
+
+	p, err := m.Pool(ctx, "template1", pg.SuperUser)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.maintain() // a round of the background loop must not warm it either
+	if st := p.Stat(); st.Total != 0 {
+		t.Fatalf("a new wildcard pool holds %d connections, want 0 (min_pool is for configured pools)", st.Total)
+	}
+	c, err := p.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := query(t, c, "SELECT current_database()"); got[0] != "template1" {
+		t.Fatalf("landed in %q", got[0])
+	}
+	c.Release()
+	p.maintain()
+	if st := p.Stat(); st.Total != 1 {
+		t.Fatalf("after one client the wildcard pool holds %d connections, want the 1 it used (not topped up to min_pool)", st.Total)
+	}
+
+	waitFor(t, time.Minute, "the idle template1 connection to close", func() bool { return backends("template1") == "0" })
+	if err := pg.Exec(ctx, "CREATE DATABASE drained_copy TEMPLATE template1"); err != nil {
+		t.Fatalf("CREATE DATABASE from template1 while the pooler runs: %v", err)
+	}
+	if n := len(m.Pools()); n != 2 {
+		t.Errorf("%d pools, want the named one and the (empty) template1 one", n)
+	}
+	for _, q := range m.Pools() {
+		if q.Database() == "postgres" {
+			if st := q.Stat(); st.Total < 2 {
+				t.Errorf("the named route's pool holds %d connections, want its min_pool 2", st.Total)
+			}
+		}
+	}
+}

@@ -113,8 +113,10 @@ type Config struct {
 	// database and user). Default: 20.
 	PoolSize int `yaml:"pool_size"`
 
-	// MinPool is the number of server connections each pool keeps open
-	// even when idle. Zero is meaningful (no warm connections).
+	// MinPool is the number of server connections each pool of a
+	// Databases entry keeps open even when idle. Zero is meaningful (no
+	// warm connections). Pools of the wildcard route (Backend) ignore it:
+	// they start empty and drain after ServerIdleTimeout.
 	// Default: 2, lowered to PoolSize when that is smaller; a min_pool the
 	// user set above pool_size is an error instead.
 	MinPool int `yaml:"min_pool"`
@@ -235,7 +237,8 @@ type Config struct {
 	ServerLifetime time.Duration `yaml:"server_lifetime"`
 
 	// ServerIdleTimeout closes server connections idle this long, down to
-	// MinPool. Default: 10m.
+	// MinPool (to none in the wildcard route's pools), as PgBouncer's
+	// server_idle_timeout. Default: 10m.
 	ServerIdleTimeout time.Duration `yaml:"server_idle_timeout"`
 
 	// ServerConnectTimeout bounds dialling and authenticating one server

@@ -40,12 +40,17 @@ func (s *session) attachLocked(ctx context.Context) (*attachment, error) {
 		return nil, fatal(pgproto.CodeAdminShutdown, "the pooler is shutting down", ErrShuttingDown)
 	}
 	s.mu.Unlock()
-	conn, err := s.connect(ctx)
+	conn, sync, err := s.connect(ctx)
 	s.mu.Lock()
 	if err != nil {
 		return nil, err
 	}
 	a := s.startAttachmentLocked(conn)
+	if sync != "" {
+		// The client's parameters, pipelined ahead of its message.
+		s.push(a, entry{kind: eQuery, quiet: true, params: &paramQuery{sync: true}})
+		return a, s.writeServer(a, appendQuery(nil, sync))
+	}
 	if err := s.reapplyParams(a); err != nil {
 		return nil, err
 	}
@@ -53,26 +58,28 @@ func (s *session) attachLocked(ctx context.Context) (*attachment, error) {
 }
 
 // connect borrows a server connection and brings its parameters in line
-// with the client's. It blocks on the pool and on the server, so s.mu must
-// not be held.
-func (s *session) connect(ctx context.Context) (*backend.Conn, error) {
+// with the client's, or returns the query that does so for the caller to
+// pipeline (see syncParams). It blocks on the pool and on the server, so
+// s.mu must not be held.
+func (s *session) connect(ctx context.Context) (*backend.Conn, string, error) {
 	if err := s.flushClient(); err != nil { // a previous relay may still hold bytes
-		return nil, err
+		return nil, "", err
 	}
 	conn, err := s.acquireConn(ctx)
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
-	if err := s.syncParams(ctx, conn); err != nil {
+	sync, err := s.syncParams(ctx, conn)
+	if err != nil {
 		var pe *PGError
 		if errors.As(err, &pe) && pe.Severity != "FATAL" {
 			conn.Release() // the SET failed cleanly; the server is idle again
 		} else {
 			conn.Destroy()
 		}
-		return nil, err
+		return nil, "", err
 	}
-	return conn, nil
+	return conn, sync, nil
 }
 
 // startRelayLocked starts the relay goroutine for a. s.mu must be held.
@@ -84,7 +91,7 @@ func (s *session) startRelayLocked(a *attachment) {
 
 // acquireConn borrows a server connection, bounded by AcquireTimeout.
 func (s *session) acquireConn(ctx context.Context) (*backend.Conn, error) {
-	if s.p.gate.on.Load() { // PAUSE or KILL holds some database (pause.go)
+	if s.p.gate.on.Load() && s.listed.Load() { // PAUSE or KILL holds some database (pause.go)
 		if err := s.waitGate(ctx); err != nil {
 			return nil, err
 		}

@@ -109,7 +109,7 @@ func (s *session) canonicalStartup(ctx context.Context, defaults map[string]stri
 		return err
 	}
 	s.initDesired(defaults, sp.params)
-	if err := s.syncParams(ctx, conn); err != nil {
+	if _, err := s.syncParams(ctx, conn); err != nil {
 		var pe *PGError
 		if errors.As(err, &pe) && pe.Code != pgproto.CodeConnectionFailure {
 			conn.Release() // the server refused a value; the connection is at rest

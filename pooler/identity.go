@@ -48,8 +48,11 @@ type sqlInfo struct {
 	begins   bool // leaves a transaction block open
 	ends     bool // ends a transaction block
 
-	params    []string // run-time parameters SET or RESET for the session
+	params    []string // run-time parameters SET for the session (SET or set_config)
+	resets    []string // run-time parameters RESET
 	paramsAll bool     // RESET ALL, or set_config of a parameter the lexer cannot name
+	resetAll  bool     // RESET ALL
+	copy      bool     // a COPY, which may leave the server waiting for the client's data
 
 	pins pinInfo // unmovable session state (pin.go)
 }
@@ -62,8 +65,8 @@ func inspectSQL(sql []byte) sqlInfo {
 	}
 	text := unsafe.String(&sql[0], len(sql)) // sql is not modified while text is in use
 	sum := sqllex.Classify(text).Flags
-	info := sqlInfo{pins: readPins(text, sum)}
-	if sum&(identityChange|sqllex.Transaction|sessionParams) == 0 {
+	info := sqlInfo{pins: readPins(text, sum), copy: sum&sqllex.Copy != 0}
+	if sum&(identityChange|sqllex.Transaction|sessionParams|sqllex.DiscardAll) == 0 {
 		return info
 	}
 	if sum&identityChange != 0 && sum&sqllex.Unsure != 0 {
@@ -88,8 +91,19 @@ func inspectSQL(sql []byte) sqlInfo {
 		}
 		switch {
 		case st.Flags&(sqllex.ResetAll|sqllex.SetConfig) != 0 && st.Flags&sessionParams != 0:
+			// A statement may call set_config more than once; Name is
+			// one of them at most.
 			info.paramsAll = true
-		case st.Flags&(sqllex.SetParam|sqllex.ResetParam) != 0 && st.Name != "":
+			info.resetAll = info.resetAll || st.Flags&sqllex.ResetAll != 0
+			if st.Flags&sqllex.SetParam != 0 && st.Name != "" {
+				info.params = append(info.params, st.Name)
+			}
+		case st.Flags&sqllex.DiscardAll != 0:
+			// DISCARD ALL runs RESET ALL, among other things.
+			info.paramsAll, info.resetAll = true, true
+		case st.Flags&sqllex.ResetParam != 0 && st.Name != "":
+			info.resets = append(info.resets, st.Name)
+		case st.Flags&sqllex.SetParam != 0 && st.Name != "":
 			info.params = append(info.params, st.Name)
 		}
 	}
@@ -144,8 +158,11 @@ func (s *session) noteSQL(a *attachment, info sqlInfo) {
 	case info.ends:
 		a.begun = false
 	}
-	if info.paramsAll || len(info.params) > 0 {
+	a.copy = a.copy || info.copy
+	if info.paramsAll || len(info.params) > 0 || len(info.resets) > 0 {
 		a.st.clientSet(info.params, info.paramsAll)
+		a.st.clientSet(info.resets, false)
+		s.clientParamsLocked(info, true)
 	}
 	s.noteState(a, info.pins)
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/pgquic/pgquic/backend"
 	"github.com/pgquic/pgquic/internal/pgproto"
+	"github.com/pgquic/pgquic/internal/wire"
 )
 
 // trackedReported are the run-time parameters the server reports with
@@ -54,8 +55,10 @@ func (s *session) initDesired(defaults, startup map[string]string) {
 			s.desired[k] = v
 		}
 	}
+	s.startupParams = make(map[string]string, len(startup))
 	for k, v := range startup {
 		s.desired[canonicalParam(k)] = v
+		s.startupParams[canonicalParam(k)] = v
 	}
 	s.paramKey = ""
 }
@@ -116,11 +119,15 @@ func (s *session) reapplyParams(a *attachment) error {
 	return s.writeServer(a, s.reapply)
 }
 
-// syncParams brings conn's parameters in line with what the client expects,
-// in one round trip, before the connection is lent to it. Replies are
-// swallowed, except that the server's canonical spelling of each value is
-// remembered. A value the server rejects is returned as the server's error.
-func (s *session) syncParams(ctx context.Context, conn *backend.Conn) error {
+// syncParams brings conn's parameters in line with what the client expects
+// before the connection is lent to it. The first time in a session it takes
+// one round trip: replies are swallowed, except that the server's canonical
+// spelling of each value is remembered, and a value the server rejects is
+// returned as the server's error. Once a server has accepted the client's
+// values, later syncs cost no round trip: the query is returned instead,
+// for the caller to pipeline ahead of the client's message (a failure is
+// then only logged, see paramQueryDone).
+func (s *session) syncParams(ctx context.Context, conn *backend.Conn) (pipelined string, err error) {
 	st, _ := conn.State.(*serverState)
 	if st == nil {
 		st = newServerState()
@@ -130,11 +137,11 @@ func (s *session) syncParams(ctx context.Context, conn *backend.Conn) error {
 		// Nothing but this session touched the connection since it last
 		// synced it: what is in force is what the client made it, its own
 		// SETs included, and reported parameters were followed.
-		return nil
+		return "", nil
 	}
 	if key := s.desiredKey(); st.syncedKey == key && !st.dirtyAll {
 		s.adoptReported(conn)
-		return nil
+		return "", nil
 	}
 	// set_config takes the value exactly as a startup packet would, which a
 	// SET literal does not for list parameters such as search_path.
@@ -167,7 +174,7 @@ func (s *session) syncParams(ctx context.Context, conn *backend.Conn) error {
 	}
 	if sets.Len() == 0 && resets.Len() == 0 {
 		st.syncedKey = s.desiredKey()
-		return nil
+		return "", nil
 	}
 	q := sets.String()
 	if q != "" {
@@ -180,11 +187,15 @@ func (s *session) syncParams(ctx context.Context, conn *backend.Conn) error {
 		q = "RESET ALL;" + q
 	}
 	st.unnamedOK = false // a simple Query destroys the unnamed statement
+	if s.proven {
+		st.synced(s, setUnreported, resetUnreported)
+		return q, nil
+	}
 	deadline := time.Now().Add(s.p.cfg.AcquireTimeout)
 	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
 		deadline = d
 	}
-	err := exchange(conn, q, deadline, func(name, value string) {
+	err = exchange(conn, q, deadline, func(name, value string) {
 		if cur, ok := s.desired[name]; ok && cur != value {
 			s.desired[name] = value
 			s.paramKey = ""
@@ -193,19 +204,39 @@ func (s *session) syncParams(ctx context.Context, conn *backend.Conn) error {
 	if err != nil {
 		// On a server error the whole multi-statement query ran as one
 		// implicit transaction and was rolled back: nothing changed.
-		return err
+		return "", err
 	}
 	s.adoptReported(conn)
-	for k, v := range setUnreported {
+	st.synced(s, setUnreported, resetUnreported)
+	s.proven = true
+	return "", nil
+}
+
+// synced records that s's parameters were set on the connection.
+func (st *serverState) synced(s *session, set map[string]string, reset []string) {
+	for k, v := range set {
 		st.set[k] = v
 	}
-	for _, k := range resetUnreported {
+	for _, k := range reset {
 		delete(st.set, k)
 	}
 	st.dirtyAll = false
 	st.syncedKey = s.desiredKey()
 	st.lastUser = s.id
-	return nil
+}
+
+// syncedParameter records a ParameterStatus answering a pipelined sync:
+// the value the client expects, so the connection's synced key stays
+// valid. s.mu must be held.
+func (s *session) syncedParameter(a *attachment, body []byte) {
+	var ps pgproto3.ParameterStatus
+	if ps.Decode(body) != nil {
+		return
+	}
+	if a.conn.Params == nil {
+		a.conn.Params = make(map[string]string)
+	}
+	a.conn.Params[ps.Name] = ps.Value
 }
 
 // adoptReported makes the client's reported parameters the server's
@@ -316,4 +347,308 @@ func quoteIdent(s string) string {
 
 func quoteLiteral(s string) string {
 	return `'` + strings.ReplaceAll(s, `'`, `''`) + `'`
+}
+
+// A client's own session-level parameter changes.
+//
+// PostgreSQL returns a parameter to its startup-packet value on RESET, but
+// the pooler applies startup parameters with set_config (PostgreSQL's
+// RESET would fall back to the server default), and in transaction mode a
+// client's next transaction may run on another server connection, which
+// knows nothing of the client's SETs. So after a client's synchronisation
+// message (Query or Sync) whose statements changed parameters, the pooler
+// pipelines one quiet query of its own (followLocked): set_config of the
+// startup values a RESET or RESET ALL took away, then, in transaction mode,
+// the session's parameters as the server now has them (pg_settings rows
+// whose source is the session), which replace the client's unreported
+// desired values. Reported parameters follow ParameterStatus as before.
+// The next server connection the client lands on gets them with the rest
+// of its parameters, pipelined ahead of its first message.
+
+// paramQuery tracks the replies of a quiet parameter query.
+type paramQuery struct {
+	follow   bool              // after a client's statement: its ParameterStatus reports reach the client
+	sync     bool              // a pipelined parameter sync ahead of the client's first message
+	snapshot int               // ordinal of the RowDescription of the session's parameters; 0 for none
+	results  int               // RowDescriptions seen
+	rows     map[string]string // the session's parameters read so far
+	failed   bool              // the server answered with an error
+}
+
+// sessionParamsSQL lists the run-time parameters the session set; with the
+// pooler's own set_config calls, that is every parameter whose value is not
+// the server's default.
+const sessionParamsSQL = "SELECT name, pg_catalog.current_setting(name) FROM pg_catalog.pg_settings WHERE source = 'session'"
+
+// notCarried are session-sourced parameters that are not carried to the
+// next server connection: identity and the current transaction's own
+// settings, which identity.go and PostgreSQL take care of.
+var notCarried = map[string]bool{
+	"role":                   true,
+	"session_authorization":  true,
+	"is_superuser":           true,
+	"transaction_isolation":  true,
+	"transaction_read_only":  true,
+	"transaction_deferrable": true,
+}
+
+// row records one DataRow of the session's parameters.
+func (q *paramQuery) row(body []byte) {
+	if q.snapshot == 0 || q.results != q.snapshot {
+		return
+	}
+	cols, ok := dataRowColumns(body, 2)
+	if !ok || cols[0] == nil || cols[1] == nil {
+		return
+	}
+	if q.rows == nil {
+		q.rows = make(map[string]string)
+	}
+	if _, dup := q.rows[string(cols[0])]; dup {
+		return // a custom parameter pg_settings listed too
+	}
+	q.rows[string(cols[0])] = string(cols[1])
+}
+
+// dataRowColumns splits a DataRow body with n columns; a NULL is nil.
+func dataRowColumns(body []byte, n int) ([][]byte, bool) {
+	if len(body) < 2 || int(body[0])<<8|int(body[1]) != n {
+		return nil, false
+	}
+	body = body[2:]
+	cols := make([][]byte, n)
+	for i := range n {
+		if len(body) < 4 {
+			return nil, false
+		}
+		l := int32(uint32(body[0])<<24 | uint32(body[1])<<16 | uint32(body[2])<<8 | uint32(body[3]))
+		body = body[4:]
+		if l < 0 {
+			continue
+		}
+		if int(l) > len(body) {
+			return nil, false
+		}
+		cols[i] = body[:l]
+		body = body[l:]
+	}
+	return cols, true
+}
+
+// paramQueryDone handles the ReadyForQuery of a quiet parameter query.
+// s.mu must be held.
+func (s *session) paramQueryDone(a *attachment, q *paramQuery) {
+	if q.sync && q.failed {
+		// Values a server accepted before were refused: start this
+		// connection from its defaults next time, and let the operator know.
+		s.log.Warn("setting the client's parameters on a server connection failed", "server_pid", a.conn.PID)
+		a.st.syncedKey, a.st.lastUser, a.st.dirtyAll = "", 0, true
+	}
+	if q.snapshot == 0 {
+		return
+	}
+	if q.failed || a.status != 'I' {
+		// Inside a transaction block the values may still be rolled
+		// back: read them again after the client's next message.
+		s.snapshot = true
+		return
+	}
+	s.snapshot = false
+	for k := range s.desired {
+		if unreported(k) {
+			delete(s.desired, k)
+		}
+	}
+	for k, v := range q.rows {
+		if unreported(k) && !notCarried[k] {
+			s.desired[k] = v
+			a.st.set[k] = v
+		}
+	}
+	s.paramKey = ""
+}
+
+// clientParamsLocked records what a client's statement does to run-time
+// parameters for the rest of its session: a RESET of a parameter it gave a
+// startup value, or RESET ALL, is followed by set_config of that value;
+// with track (transaction mode) any change makes the pooler read the
+// session's parameters back. s.mu must be held.
+func (s *session) clientParamsLocked(info sqlInfo, track bool) {
+	for _, k := range info.resets {
+		for sk, v := range s.startupParams {
+			if strings.EqualFold(sk, k) {
+				s.setRestore(sk, v)
+			}
+		}
+	}
+	if info.resetAll {
+		for k, v := range s.startupParams {
+			s.setRestore(k, v)
+		}
+	}
+	if !track || s.snapshot {
+		return
+	}
+	// Reported parameters follow ParameterStatus: a statement that
+	// changes only those needs no read-back.
+	s.snapshot = info.paramsAll
+	for _, k := range append(info.params, info.resets...) {
+		s.snapshot = s.snapshot || unreported(canonicalParam(k))
+		if strings.Contains(k, ".") && len(s.custom) < maxCustomParams {
+			if s.custom == nil {
+				s.custom = make(map[string]bool)
+			}
+			s.custom[k] = true
+		}
+	}
+}
+
+// maxCustomParams bounds the custom (dotted) parameter names the pooler
+// reads back for one client.
+const maxCustomParams = 1000
+
+func (s *session) setRestore(k, v string) {
+	if s.restore == nil {
+		s.restore = make(map[string]string)
+	}
+	s.restore[k] = v
+}
+
+// followLocked stages, right behind the client's synchronisation message,
+// the quiet query described above, when one is due. It costs no round trip:
+// the connection goes back to the pool once its ReadyForQuery arrives,
+// which follows the client's own at once. s.mu must be held.
+//
+// Nothing follows a message that may have started COPY FROM STDIN: a Query
+// arriving while the server waits for copy data would fail the COPY. The
+// query then waits for the client's next synchronisation message.
+func (s *session) followLocked(a *attachment) error {
+	if (len(s.restore) == 0 && !s.snapshot) || a.copy {
+		return nil
+	}
+	q := &paramQuery{follow: true}
+	var b strings.Builder
+	if len(s.restore) > 0 {
+		b.WriteString("SELECT ")
+		first := true
+		for k, v := range s.restore {
+			if !first {
+				b.WriteString(", ")
+			}
+			first = false
+			fmt.Fprintf(&b, "pg_catalog.set_config(%s, %s, false)", quoteLiteral(k), quoteValue(v))
+		}
+		b.WriteString(";")
+		q.snapshot++ // its RowDescription comes first
+		clear(s.restore)
+	}
+	if s.snapshot {
+		b.WriteString(sessionParamsSQL)
+		if len(s.custom) > 0 {
+			// pg_settings leaves out custom parameters (myapp.tenant):
+			// read those the client named by name.
+			b.WriteString(" UNION ALL SELECT n, pg_catalog.current_setting(n, true) FROM pg_catalog.unnest(ARRAY[")
+			first := true
+			for k := range s.custom {
+				if !first {
+					b.WriteString(", ")
+				}
+				first = false
+				b.WriteString(quoteLiteral(k))
+			}
+			b.WriteString("]::text[]) n")
+		}
+		q.snapshot++
+	} else {
+		q.snapshot = 0
+	}
+	s.push(a, entry{kind: eQuery, quiet: true, params: q})
+	a.st.unnamedOK = false // a simple Query destroys the unnamed statement
+	return s.writeServer(a, appendQuery(nil, b.String()))
+}
+
+// sessionQuery forwards a simple Query in session mode, where the server
+// connection is the client's alone and only RESET needs the pooler: a
+// RESET of a startup parameter, or RESET ALL, is followed by set_config
+// of the startup values.
+func (s *session) sessionQuery(ctx context.Context) error {
+	if len(s.startupParams) == 0 {
+		return s.forward(ctx, eQuery)
+	}
+	body, err := s.cr.Body()
+	if err != nil {
+		return err
+	}
+	sql, _, ok := wire.CString(body)
+	if !ok {
+		return fatal(pgproto.CodeProtocolViolation, "invalid Query message", nil)
+	}
+	info := inspectSQL(sql)
+	s.mu.Lock()
+	a, err := s.attachLocked(ctx)
+	if err != nil {
+		s.mu.Unlock()
+		return s.raise(err, true)
+	}
+	defer s.mu.Unlock()
+	s.push(a, entry{kind: eQuery})
+	if err := s.writeServer(a, s.frame('Q', body)); err != nil {
+		return err
+	}
+	s.clientParamsLocked(info, false)
+	a.copy = a.copy || info.copy
+	return s.followLocked(a)
+}
+
+// sessionForward forwards a Parse or Bind in session mode. With startup
+// parameters to return to, it notes which of the client's statements RESET
+// parameters, and when one of them is bound, the startup values are set
+// again behind the client's next Sync (see followLocked).
+func (s *session) sessionForward(ctx context.Context, k entryKind) error {
+	if len(s.startupParams) == 0 {
+		return s.forward(ctx, k)
+	}
+	body, err := s.cr.Body()
+	if err != nil {
+		return err
+	}
+	name, rest, ok := wire.CString(body) // Parse: statement name; Bind: portal
+	if ok && k == eBind {
+		name, _, ok = wire.CString(rest)
+	}
+	if !ok {
+		return fatal(pgproto.CodeProtocolViolation, "invalid message", nil)
+	}
+	s.mu.Lock()
+	a, err := s.attachLocked(ctx)
+	if err != nil {
+		s.mu.Unlock()
+		return s.raise(err, false)
+	}
+	defer s.mu.Unlock()
+	switch k {
+	case eParse:
+		sql, _, _ := wire.CString(rest)
+		info := inspectSQL(sql)
+		if info.resetAll || len(info.resets) > 0 {
+			if s.resetStmts == nil {
+				s.resetStmts = make(map[string]sqlInfo)
+			}
+			if len(s.resetStmts) < maxCustomParams {
+				s.resetStmts[string(name)] = info
+			}
+		} else if s.resetStmts != nil {
+			delete(s.resetStmts, string(name))
+		}
+	case eBind:
+		if info, ok := s.resetStmts[string(name)]; ok {
+			s.clientParamsLocked(info, false)
+		}
+	}
+	typ := byte('P')
+	if k == eBind {
+		typ = 'B'
+	}
+	s.push(a, entry{kind: k})
+	return s.writeServer(a, s.frame(typ, body))
 }

@@ -12,11 +12,12 @@ import (
 )
 
 // PAUSE, RESUME and KILL for the admin console. A hold on a database (or on
-// every database) makes its sessions wait before they borrow a server
-// connection, so no new transaction starts; transactions already running
-// finish normally. Sessions of a held database that connect meanwhile wait
-// the same way at their first transaction (in session mode, at login). The
-// check on the hot path is one atomic load while nothing is held.
+// every database) makes its logged-in sessions wait before they borrow a
+// server connection, so no new transaction starts; transactions already
+// running finish normally. A login is not held (it would meet the startup
+// timeout): it may borrow a server connection to learn the server's
+// parameters, and its first transaction then waits. The check on the hot
+// path is one atomic load while nothing is held.
 
 // ErrAlreadyPaused reports a PAUSE or KILL of what is already held.
 var ErrAlreadyPaused = errors.New("already paused")

@@ -204,13 +204,15 @@ const probeSQL = "SELECT" +
 	" EXISTS (SELECT 1 FROM pg_catalog.pg_prepared_statements WHERE from_sql)"
 
 // probeLocked returns the probe's Query frame, and queues its quiet reply,
-// when one is wanted and no transaction block will be open on a's server
+// when one is wanted, no transaction block will be open on a's server
 // once the request just staged has run, as far as the pooler knows (ends:
-// that request ends the block the last ReadyForQuery reported); otherwise
-// nil, and the probe waits for the next safe point. A wrong guess costs
-// only a probe whose answer is not used. s.mu must be held.
+// that request ends the block the last ReadyForQuery reported), and no
+// COPY was sent (a Query reaching a server that waits for copy data breaks
+// the COPY); otherwise nil, and the probe waits for the next safe point. A
+// wrong guess costs only a probe whose answer is not used. s.mu must be
+// held.
 func (s *session) probeLocked(a *attachment, ends bool) []byte {
-	if !s.pin.probe || s.p.cfg.Mode != ModeTransaction || a.begun || ((a.status == 'T' || a.status == 'E') && !ends) {
+	if !s.pin.probe || s.p.cfg.Mode != ModeTransaction || a.begun || ((a.status == 'T' || a.status == 'E') && !ends) || a.copy {
 		return nil
 	}
 	s.pin.probe = false

@@ -25,8 +25,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-
-	"github.com/pgquic/pgquic/backend"
 )
 
 // Pooler runs client sessions against pooled server connections. Create it
@@ -58,9 +56,6 @@ type Pooler struct {
 	canon    canonTable      // the server's spelling of clients' startup values (greeting.go)
 	stale    staleGens       // statements whose result type changed (stale.go)
 
-	paramsMu sync.Mutex
-	params   map[paramsKey]map[string]string // server parameters per server database and user, learnt from a first connection
-
 	consoleRef atomic.Pointer[consoleHolder] // the admin console, nil without one (console.go)
 	gate       pauseGate                     // databases held by PAUSE or KILL (pause.go)
 }
@@ -88,7 +83,6 @@ func New(cfg Config, pools PoolSource, logger *slog.Logger, reg prometheus.Regis
 		log:      logger,
 		m:        m,
 		sessions: make(map[uint32]*session),
-		params:   make(map[paramsKey]map[string]string),
 	}
 	p.epoch.Store(1) // a session's stuck mark of 0 means "not waiting"
 	_ = p.SetTimeouts(Timeouts{Acquire: cfg.AcquireTimeout, IdleTransaction: cfg.IdleTransactionTimeout,
@@ -252,34 +246,4 @@ func (p *Pooler) cancel(ctx context.Context, pid uint32, key []byte) {
 		return
 	}
 	s.forwardCancel(ctx, conn, g)
-}
-
-// serverParams returns the parameters a pool's servers report, learning them
-// from a connection the first time.
-func (p *Pooler) serverParams(pool *backend.Pool) map[string]string {
-	p.paramsMu.Lock()
-	defer p.paramsMu.Unlock()
-	return p.params[paramsKeyOf(pool)]
-}
-
-// paramsKey names the server database and user whose parameters are
-// learnt. It is not the pool itself: pools come and go (idle wildcard pools
-// are retired), and a map keyed by them would keep each one alive.
-type paramsKey struct{ database, user string }
-
-func paramsKeyOf(pool *backend.Pool) paramsKey {
-	return paramsKey{pool.Database(), pool.User()}
-}
-
-func (p *Pooler) learnParams(pool *backend.Pool, conn *backend.Conn) {
-	p.paramsMu.Lock()
-	defer p.paramsMu.Unlock()
-	if p.params[paramsKeyOf(pool)] != nil {
-		return
-	}
-	m := make(map[string]string, len(conn.Params))
-	for k, v := range conn.Params {
-		m[k] = v
-	}
-	p.params[paramsKeyOf(pool)] = m
 }

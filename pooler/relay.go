@@ -48,6 +48,10 @@ type entry struct {
 	clientName string
 	cst        *stmt
 
+	// A quiet query of the pooler's own about run-time parameters (see
+	// params.go); nil for every other entry.
+	params *paramQuery
+
 	replayHead bool // the first recorded message of a pipeline that may be retried (stale.go)
 }
 
@@ -69,6 +73,7 @@ type attachment struct {
 	syncPoint  bool // the client's last forwarded message was Sync, Query, FunctionCall, CopyDone or CopyFail
 	closing    bool // the client left; return the connection once idle
 	begun      bool // a BEGIN was sent and no ReadyForQuery has said since whether a block is open
+	copy       bool // a COPY was sent since the last ReadyForQuery: nothing may follow its synchronisation message
 	identity   bool // an identity change may outlive the transaction: reset before release
 	destroy    bool // close the connection instead of returning it
 	fatalSent  bool // the server's own FATAL error was forwarded to the client: add none of ours
@@ -255,6 +260,9 @@ func (s *session) relayOne(a *attachment) relayResult {
 		}
 	case 'T': // RowDescription ends a Describe
 		pop = head != nil && head.kind == eDescribe
+		if head != nil && head.params != nil {
+			head.params.results++
+		}
 	case 'n': // NoData
 		pop = head != nil && head.kind == eDescribe
 	case 'C', 'I', 's': // CommandComplete, EmptyQueryResponse, PortalSuspended
@@ -272,14 +280,30 @@ func (s *session) relayOne(a *attachment) relayResult {
 			forward = false
 		}
 	case 'S': // ParameterStatus
-		s.noteParameter(a, body, quiet)
+		switch {
+		case head != nil && head.params != nil && head.params.sync:
+			s.syncedParameter(a, body)
+		case head != nil && head.params != nil && head.params.follow:
+			// Caused by the client's own statement (a RESET put back to
+			// its startup value): it is the client's to see.
+			forward = true
+			s.noteParameter(a, body, false)
+		default:
+			s.noteParameter(a, body, quiet)
+		}
 	case 'D': // DataRow: only a quiet query's comes here
-		if head != nil && head.probe {
+		switch {
+		case head != nil && head.probe:
 			s.probeRowLocked(body)
+		case head != nil && head.params != nil:
+			head.params.row(body)
 		}
 	case 'A': // NotificationResponse: the client's, whatever query runs
 		forward = true
 	case 'E':
+		if head != nil && head.params != nil {
+			head.params.failed = true
+		}
 		if !quiet {
 			s.p.m.serverErrors.WithLabelValues(sqlstateClass(body)).Inc()
 		}
@@ -324,6 +348,7 @@ func (s *session) relayOne(a *attachment) relayResult {
 		a.skipping = false
 		if a.pending() <= 1 {
 			a.begun = false // the status is current: it says whether a block is open
+			a.copy = false
 		}
 		if head = a.front(); head != nil {
 			s.noteReady(a, head, a.status)
@@ -333,6 +358,9 @@ func (s *session) relayOne(a *attachment) relayResult {
 			}
 			if head.probe {
 				s.probeDoneLocked(a, head)
+			}
+			if head.params != nil {
+				s.paramQueryDone(a, head.params)
 			}
 			pop = true
 		}

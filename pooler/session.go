@@ -40,29 +40,31 @@ type session struct {
 	id     uint64 // unique for the pooler's lifetime, unlike pid
 
 	// Owner-only state.
-	rwc      io.ReadWriteCloser // written with mu and cwMu held (setStream); read under either, or by the owner
-	cr       *wire.Reader
-	secure   bool
-	counted  bool
-	loggedIn bool
-	user     string
-	database string
-	pool     *backend.Pool
-	desired  map[string]string // parameter values the client believes are in effect
-	paramKey string            // desired, serialised; "" when it must be recomputed
-	reapply  []byte            // Query frame setting the unreported desired parameters (see reapplyParams)
-	unnamed  *stmt             // the client's unnamed statement, for replay
-	skipping bool              // dropping messages until Sync after an error the pooler raised
-	lastSync bool              // the last client message was Sync, Query, FunctionCall, CopyDone or CopyFail
-	wlocked  bool              // owner holds wmu
-	wconn    *backend.Conn     // connection whose writer the owner must flush
-	scratch  []byte
-	authMax  int         // bound on the client's next authentication message, set by Send
-	out      []byte      // frames for the server staged while s.mu was held (see sendOut)
-	outAtt   *attachment // where they go
-	outFwd   bool        // then forward the current client message raw
-	msgLen   int         // length of the current client message, header included
-	curTyp   byte        // type of the current client message
+	rwc           io.ReadWriteCloser // written with mu and cwMu held (setStream); read under either, or by the owner
+	cr            *wire.Reader
+	secure        bool
+	counted       bool
+	loggedIn      bool
+	user          string
+	database      string
+	pool          *backend.Pool
+	desired       map[string]string // parameter values the client believes are in effect
+	paramKey      string            // desired, serialised; "" when it must be recomputed
+	reapply       []byte            // Query frame setting the unreported desired parameters (see reapplyParams)
+	startupParams map[string]string // the client's startup parameters, which RESET returns to (see params.go)
+	proven        bool              // desired has been set on a server once: later syncs are pipelined
+	unnamed       *stmt             // the client's unnamed statement, for replay
+	skipping      bool              // dropping messages until Sync after an error the pooler raised
+	lastSync      bool              // the last client message was Sync, Query, FunctionCall, CopyDone or CopyFail
+	wlocked       bool              // owner holds wmu
+	wconn         *backend.Conn     // connection whose writer the owner must flush
+	scratch       []byte
+	authMax       int         // bound on the client's next authentication message, set by Send
+	out           []byte      // frames for the server staged while s.mu was held (see sendOut)
+	outAtt        *attachment // where they go
+	outFwd        bool        // then forward the current client message raw
+	msgLen        int         // length of the current client message, header included
+	curTyp        byte        // type of the current client message
 
 	cwMu sync.Mutex
 	cw   *bufio.Writer        // nil while idle (see flushClient)
@@ -85,8 +87,12 @@ type session struct {
 	stmtBytes  int                     // their size, for ClientStatementBytes
 	att        *attachment
 	draining   bool
-	pinned     bool     // transaction mode: the client keeps its server connection (pin.held != 0)
-	pin        pinState // why (pin.go)
+	pinned     bool               // transaction mode: the client keeps its server connection (pin.held != 0)
+	pin        pinState           // why (pin.go)
+	restore    map[string]string  // startup values a client's RESET took away, to set again (see followLocked)
+	snapshot   bool               // the client changed parameters: read them back (see followLocked)
+	custom     map[string]bool    // custom (dotted) parameters the client set, read back by name
+	resetStmts map[string]sqlInfo // session mode: the client's statements that RESET parameters, by name
 	killed     bool
 	closing    bool // rwc closed by us
 
@@ -327,10 +333,22 @@ func (s *session) handleSync(ctx context.Context) error {
 		return s.writeClientLocal(readyForQuery('I'))
 	}
 	s.push(a, entry{kind: eSync})
-	err := s.syncProbingLocked(a)
+	var err error
+	if len(s.restore) == 0 && !s.snapshot {
+		err = s.syncProbingLocked(a)
+	} else if err = s.cr.Skip(); err == nil {
+		// The pooler's queries go right behind the Sync: the probe
+		// (pin.go), then the parameters' (see followLocked).
+		if err = s.writeServerProbing(a, syncMsg, sqlInfo{}); err == nil {
+			err = s.followLocked(a)
+		}
+	}
 	s.mu.Unlock()
 	return err
 }
+
+// syncMsg is a Sync message.
+var syncMsg = []byte{'S', 0, 0, 0, 4}
 
 // forward sends the current message to the attached server (attaching one if
 // needed) and records the reply it expects.

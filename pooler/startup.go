@@ -434,19 +434,22 @@ func (s *session) login(ctx context.Context, sp *startupParams, authenticated fu
 	}
 	s.pool = pool
 
-	defaults := p.serverParams(pool)
+	// The greeting reports the server's parameters as a connection of the
+	// pool got them at login: the newest one's, or, when the pool has no
+	// connection, those of one opened now (in session mode the client's own
+	// server connection, kept for the whole session). Nothing is cached
+	// beyond the connection it came from, so a changed database default
+	// reaches new clients once the old connections are gone.
+	defaults := pool.ServerParams()
 	if defaults == nil || p.cfg.Mode == ModeSession {
-		// Learn the server's parameters from a real connection (and in
-		// session mode keep it for the whole session).
 		conn, err := s.acquireConn(ctx)
 		if err != nil {
 			return s.fail(asFatal(err))
 		}
-		p.learnParams(pool, conn)
-		defaults = p.serverParams(pool)
+		defaults = conn.ServerDefaults
 		if p.cfg.Mode == ModeSession {
 			s.initDesired(defaults, sp.params)
-			if err := s.syncParams(ctx, conn); err != nil {
+			if _, err := s.syncParams(ctx, conn); err != nil {
 				conn.Release()
 				return s.fail(asFatal(err))
 			}

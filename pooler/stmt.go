@@ -255,7 +255,7 @@ func (s *session) injectClose(a *attachment, name string) error {
 // handleParse handles a Parse message.
 func (s *session) handleParse(ctx context.Context) error {
 	if s.p.cfg.Mode == ModeSession {
-		return s.forward(ctx, eParse)
+		return s.sessionForward(ctx, eParse)
 	}
 	body, err := s.cr.Body()
 	if err != nil {
@@ -336,7 +336,7 @@ var (
 // handleBind handles a Bind message, renaming its statement.
 func (s *session) handleBind(ctx context.Context) error {
 	if s.p.cfg.Mode == ModeSession {
-		return s.forward(ctx, eBind)
+		return s.sessionForward(ctx, eBind)
 	}
 	body, err := s.cr.Body()
 	if err != nil {
@@ -514,7 +514,7 @@ func (s *session) handleClose(ctx context.Context) error {
 // live in the pooler's map, not on any one server.
 func (s *session) handleQuery(ctx context.Context) error {
 	if s.p.cfg.Mode == ModeSession {
-		return s.forward(ctx, eQuery)
+		return s.sessionQuery(ctx)
 	}
 	body, err := s.cr.Body()
 	if err != nil {
@@ -557,7 +557,10 @@ func (s *session) handleQuery(ctx context.Context) error {
 	a.st.unnamedOK = false // a simple Query destroys the unnamed statement
 	// A DEALLOCATE or DISCARD that reaches the server, in this protocol or
 	// the extended one, is seen by its command tag (see serverDropped).
-	return s.writeServerProbing(a, s.frame('Q', body), info)
+	if err := s.writeServerProbing(a, s.frame('Q', body), info); err != nil {
+		return err
+	}
+	return s.followLocked(a)
 }
 
 // addClientStmt records a client's named statement. s.mu must be held.

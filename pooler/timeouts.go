@@ -27,11 +27,18 @@ const (
 type timeouts struct {
 	idleTimer *time.Timer
 	idleKind  atomic.Int32
+	idleDue   atomic.Int64            // when the armed idle wait expires, in UnixNano
 	fired     atomic.Pointer[PGError] // the error a fired idle timer ended the session with
 
 	queryTimer *time.Timer // guarded by s.mu
 	queryArmed bool        // guarded by s.mu
+	queryDue   time.Time   // when the armed request times out; guarded by s.mu
 }
+
+// A timer's function may already be running when the timer is stopped and
+// armed again for the next wait: each expiry function therefore checks the
+// due time of the wait now armed and leaves a wait that is not due yet to
+// the rescheduled timer.
 
 // armIdle starts the idle timer that applies now that the owner is about to
 // wait for the client with nothing buffered: idle in a transaction (a server
@@ -58,6 +65,7 @@ func (s *session) armIdle() {
 	if kind == idleNone || d == 0 {
 		return
 	}
+	s.idleDue.Store(time.Now().Add(d).UnixNano())
 	s.idleKind.Store(kind)
 	if s.idleTimer == nil {
 		s.idleTimer = time.AfterFunc(d, s.idleExpired)
@@ -77,6 +85,9 @@ func (s *session) disarmIdle() {
 // PostgreSQL does, and closes its stream; the owner's read then fails and
 // the session ends, rolling back a transaction left open.
 func (s *session) idleExpired() {
+	if time.Now().UnixNano() < s.idleDue.Load() {
+		return // a stale expiry of an earlier wait
+	}
 	var pe *PGError
 	switch s.idleKind.Swap(idleNone) {
 	case idleInTransaction:
@@ -102,6 +113,7 @@ func (s *session) armQueryLocked() {
 		return
 	}
 	s.queryArmed = true
+	s.queryDue = time.Now().Add(d)
 	if s.queryTimer == nil {
 		s.queryTimer = time.AfterFunc(d, s.queryExpired)
 		return
@@ -117,7 +129,9 @@ func (s *session) queryAnsweredLocked(a *attachment) {
 		return
 	}
 	if a.pending() > 0 {
-		s.queryTimer.Reset(s.p.timeout(&s.p.tmo.query))
+		d := s.p.timeout(&s.p.tmo.query)
+		s.queryDue = time.Now().Add(d)
+		s.queryTimer.Reset(d)
 		return
 	}
 	s.queryArmed = false
@@ -129,9 +143,9 @@ func (s *session) queryAnsweredLocked(a *attachment) {
 // before the server has processed the cancel.
 func (s *session) queryExpired() {
 	s.mu.Lock()
-	if !s.queryArmed {
+	if !s.queryArmed || time.Now().Before(s.queryDue) {
 		s.mu.Unlock()
-		return
+		return // answered meanwhile, or a stale expiry of an earlier request
 	}
 	s.queryArmed = false
 	conn, g := s.beginCancelLocked()

@@ -125,6 +125,7 @@ log_level: debug
 	cfg, err := parseServeFlags([]string{
 		"--config", file,
 		"--pool-size", "9",
+		"--server-idle-timeout", "3s",
 		"--quic-listen", "",
 		"--backend", "postgres://flag@127.0.0.1:5432/postgres",
 	}, io.Discard, io.Discard)
@@ -132,7 +133,7 @@ log_level: debug
 		t.Fatal(err)
 	}
 	// Set by flags.
-	if cfg.PoolSize != 9 || cfg.QUICListen != "" || cfg.Backend != "postgres://flag@127.0.0.1:5432/postgres" {
+	if cfg.PoolSize != 9 || cfg.ServerIdleTimeout != 3*time.Second || cfg.QUICListen != "" || cfg.Backend != "postgres://flag@127.0.0.1:5432/postgres" {
 		t.Errorf("flags did not override: %+v", cfg)
 	}
 	// From the file: the flags' own defaults must not clobber them.

@@ -104,9 +104,10 @@ func parseServeFlags(args []string, stdout, stderr io.Writer) (*config.Config, e
 		quicListen  = fs.String("quic-listen", config.DefaultQUICListen, "UDP listen `address` of the QUIC front; empty disables it")
 		metrics     = fs.String("metrics-listen", config.DefaultMetricsListen, "`address` of the Prometheus /metrics endpoint; empty disables it")
 		poolSize    = fs.Int("pool-size", config.DefaultPoolSize, "maximum server connections per database and user")
-		minPool     = fs.Int("min-pool", config.DefaultMinPool, "server connections each pool keeps open when idle (the default is lowered to --pool-size)")
+		minPool     = fs.Int("min-pool", config.DefaultMinPool, "server connections each configured (databases:) pool keeps open when idle (the default is lowered to --pool-size); --backend pools start empty")
 		maxPools    = fs.Int("max-pools", config.DefaultMaxPools, "pools the --backend route may hold at once (one per database and user clients name); beyond it clients get SQLSTATE 53300")
 		poolIdle    = fs.Duration("pool-idle-timeout", config.DefaultPoolIdleTimeout, "close a --backend route's pool after this long unused")
+		serverIdle  = fs.Duration("server-idle-timeout", config.DefaultServerIdleTimeout, "close server connections idle this long, down to --min-pool (to none for --backend pools)")
 		mode        = fs.String("mode", config.DefaultMode, "pooling `mode`: transaction or session")
 		roleChanges = fs.String("role-changes", config.DefaultRoleChanges, "transaction mode, SET ROLE/SESSION AUTHORIZATION outside a transaction block: `refuse` (0A000) or pin (keep the server connection)")
 		sessState   = fs.String("session-state", config.DefaultSessionState, "transaction mode, temporary tables, LISTEN, session advisory locks, WITH HOLD cursors, SQL PREPARE: `pin` (keep the server connection while the state lasts) or error (0A000 outside a transaction block)")
@@ -164,6 +165,8 @@ func parseServeFlags(args []string, stdout, stderr io.Writer) (*config.Config, e
 			cfg.MaxPools = *maxPools
 		case "pool-idle-timeout":
 			cfg.PoolIdleTimeout = *poolIdle
+		case "server-idle-timeout":
+			cfg.ServerIdleTimeout = *serverIdle
 		case "mode":
 			cfg.Mode = *mode
 		case "role-changes":

@@ -265,7 +265,6 @@ func (s *server) routesFor(cfg *config.Config) []backend.Route {
 			PoolConfig: backend.PoolConfig{
 				ConnString: wildcard,
 				PoolSize:   cfg.PoolSize,
-				MinPool:    cfg.MinPool,
 			},
 		})
 	}
