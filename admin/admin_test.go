@@ -373,9 +373,8 @@ func TestPauseOneDatabase(t *testing.T) {
 	h := newHarness(t, 2)
 	ctx := testCtx(t)
 	con := h.connect(ctx, t, "admin", "pgquic")
-	// Logged in before the pause: a pooler's very first login to a database
-	// borrows a server connection to learn its parameters, and a pause
-	// would hold that login until the startup timeout.
+	// Logged in before the pause, so the test sees only their transactions
+	// held (a login itself is not held).
 	held := h.connect(ctx, t, "postgres", "postgres")
 	canceled := h.connect(ctx, t, "postgres", "postgres")
 	mustQuery(ctx, t, con, "PAUSE postgres")
