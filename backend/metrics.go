@@ -16,7 +16,7 @@ const (
 	reasonError    = "error"    // the holder destroyed it (protocol or I/O error, client vanished mid-transaction)
 )
 
-var destroyReasons = [...]string{reasonDead, reasonLifetime, reasonIdle, reasonError}
+var destroyReasons = [...]string{reasonDead, reasonLifetime, reasonIdle, reasonError, reasonAdmin}
 
 // Metrics holds the backend package's Prometheus metrics. One Metrics serves
 // any number of pools; each pool binds its label values once at creation so
@@ -107,7 +107,7 @@ func newMetrics() *Metrics {
 		}, labels),
 		destroyed: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: ns, Subsystem: sub, Name: "destroyed_total",
-			Help: "Server connections closed by the pool, by reason (dead, lifetime, idle, error).",
+			Help: "Server connections closed by the pool, by reason (dead, lifetime, idle, error, admin).",
 		}, append(labels, "reason")),
 		queryDur: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Namespace: ns, Subsystem: sub, Name: "query_duration_seconds",

@@ -62,6 +62,10 @@ type Pool struct {
 	// Cancel. Only the constructor and destructor write it.
 	targetsMu sync.Mutex
 	targets   map[uint32]cancelTarget
+	live      map[*Conn]struct{} // open connections, for Servers (admin.go); under targetsMu
+
+	// paused stops fillMin while the admin console holds the pool (admin.go).
+	paused atomic.Bool
 
 	// failures counts consecutive failed attempts to reach MinPool; only the
 	// background loop touches it and retryAt.
@@ -340,6 +344,7 @@ func (p *Pool) construct(ctx context.Context) (*Conn, error) {
 	p.targets[c.PID] = cancelTarget{network: c.network, address: c.address, tlsConfig: c.tlsConfig}
 	p.targetsMu.Unlock()
 	p.newest.Store(c)
+	p.track(c)
 	p.logger.Debug("backend: connected", "pid", c.PID, "address", c.address, "tls", c.tlsConfig != nil)
 	return c, nil
 }
@@ -358,6 +363,7 @@ func (p *Pool) destruct(c *Conn) {
 		delete(p.targets, c.PID)
 	}
 	p.targetsMu.Unlock()
+	p.untrack(c)
 
 	nc := c.netConn
 	_ = nc.SetWriteDeadline(time.Now().Add(100 * time.Millisecond))
@@ -464,7 +470,7 @@ func (p *Pool) sweepIdle() {
 // backs off exponentially (1s, 2s, 4s... up to 30s) and logs only the first
 // failure of a streak and the recovery.
 func (p *Pool) fillMin() {
-	if p.cfg.MinPool == 0 || time.Now().Before(p.retryAt) {
+	if p.cfg.MinPool == 0 || p.paused.Load() || time.Now().Before(p.retryAt) {
 		return
 	}
 	for int(p.pp.Stat().TotalResources()) < p.cfg.MinPool {

@@ -196,6 +196,13 @@ type Config struct {
 	// Auth selects how clients authenticate to the pooler.
 	Auth Auth `yaml:"auth"`
 
+	// AdminUsers may use the admin console, the virtual databases "pgquic"
+	// and "pgbouncer" (SHOW POOLS, PAUSE...), after authenticating like any
+	// client. A YAML list or, as in PgBouncer's admin_users, one
+	// comma-separated string. Other users are refused the console with
+	// PgBouncer's FATAL 08P01 "not allowed". Default: none.
+	AdminUsers UserList `yaml:"admin_users"`
+
 	// StartupTimeout bounds a client's time from connecting to finishing
 	// authentication. Default: 15s.
 	StartupTimeout time.Duration `yaml:"startup_timeout"`
@@ -576,6 +583,12 @@ func (c *Config) Validate() error {
 		bad("log_format: %q is not text or json", c.LogFormat)
 	}
 
+	for i, u := range c.AdminUsers {
+		if u == "" || strings.ContainsAny(u, ", \t\n\x00") {
+			bad("admin_users[%d]: %q is not a user name", i, u)
+		}
+	}
+
 	type routeKey struct{ name, user string }
 	seen := make(map[routeKey]bool)
 	for i, d := range c.Databases {
@@ -585,6 +598,8 @@ func (c *Config) Validate() error {
 			bad("%s.name: required", at)
 		case "*":
 			bad("%s.name: \"*\" is not allowed; use the top-level backend for the wildcard route", at)
+		case AdminDatabase, AdminAlias:
+			bad("%s.name: %q is the admin console's database; clients could not reach this route", at, d.Name)
 		}
 		k := routeKey{d.Name, d.User}
 		if d.Name != "" && seen[k] {

@@ -72,6 +72,7 @@ func TestGoodFiles(t *testing.T) {
 			QUICMaxConns:              300,
 			QUICMaxStreams:            2000,
 			Auth:                      Auth{Method: "scram-sha-256", File: "/etc/pgquic/userlist.txt", TrustLoopbackOnly: true},
+			AdminUsers:                UserList{"admin", "ops"},
 			StartupTimeout:            5 * time.Second,
 			AcquireTimeout:            time.Minute,
 			IdleTransactionTimeout:    30 * time.Second,

@@ -91,6 +91,11 @@ func (s *session) startRelayLocked(a *attachment) {
 
 // acquireConn borrows a server connection, bounded by AcquireTimeout.
 func (s *session) acquireConn(ctx context.Context) (*backend.Conn, error) {
+	if s.p.gate.on.Load() && s.listed.Load() { // PAUSE or KILL holds some database (pause.go)
+		if err := s.waitGate(ctx); err != nil {
+			return nil, err
+		}
+	}
 	if conn, err := s.pool.TryAcquire(ctx); err == nil {
 		s.p.m.waitSeconds.Observe(0)
 		return conn, nil
@@ -101,6 +106,7 @@ func (s *session) acquireConn(ctx context.Context) (*backend.Conn, error) {
 	actx, cancelWait := context.WithCancelCause(tctx)
 	s.mu.Lock()
 	s.waitCancel = cancelWait
+	s.waitSince = start
 	s.mu.Unlock()
 	s.waiting.Store(true)
 	if s.peer.Probe != nil {
@@ -119,6 +125,7 @@ func (s *session) acquireConn(ctx context.Context) (*backend.Conn, error) {
 	s.stuck.Store(0)
 	s.mu.Lock()
 	s.waitCancel = nil
+	s.waitSince = time.Time{}
 	s.mu.Unlock()
 	cancelWait(nil)
 	s.p.m.waitSeconds.Observe(time.Since(start).Seconds())
@@ -169,6 +176,7 @@ func (s *session) startAttachmentLocked(conn *backend.Conn) *attachment {
 	}
 	a.conn, a.st, a.status = conn, st, 'I'
 	s.att = a
+	s.lastRequest = time.Now()
 	if s.p.cfg.Mode == ModeSession {
 		// The server may speak at any time (NOTIFY, a FATAL on shutdown):
 		// in session mode a relay goroutine always listens.

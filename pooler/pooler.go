@@ -55,6 +55,9 @@ type Pooler struct {
 	tmo      liveTimeouts    // the timeouts of cfg, replaceable (SetTimeouts)
 	canon    canonTable      // the server's spelling of clients' startup values (greeting.go)
 	stale    staleGens       // statements whose result type changed (stale.go)
+
+	consoleRef atomic.Pointer[consoleHolder] // the admin console, nil without one (console.go)
+	gate       pauseGate                     // databases held by PAUSE or KILL (pause.go)
 }
 
 // New builds a Pooler. pools resolves a client's database and user to a
@@ -119,6 +122,7 @@ func (p *Pooler) Serve(ctx context.Context, rwc io.ReadWriteCloser, peer Peer) e
 // sessions are cut off (their server connections are destroyed, never
 // returned to the pool dirty) and ctx's error is returned.
 func (p *Pooler) Shutdown(ctx context.Context) error {
+	p.gate.close() // sessions held by PAUSE go on, and find the pooler draining
 	p.mu.Lock()
 	p.draining = true
 	all := make([]*session, 0, len(p.sessions))

@@ -98,6 +98,15 @@ type session struct {
 
 	abandoned *attachment // the watcher cancelled its request: the client is gone (watch.go)
 	abandonAt time.Time   // when
+
+	// Read by the admin console's snapshots (clients.go): the owner sets
+	// the first three before listed, the last two under mu.
+	started     time.Time   // when the session began
+	appName     string      // startup application_name
+	console     Console     // non-nil for an admin console session (console.go)
+	listed      atomic.Bool // logged in: user, database, pool and the above are final
+	waitSince   time.Time   // when the current wait for a server connection began
+	lastRequest time.Time   // when a server connection was last attached
 }
 
 func newSession(p *Pooler, rwc io.ReadWriteCloser, peer Peer) *session {
@@ -105,9 +114,10 @@ func newSession(p *Pooler, rwc io.ReadWriteCloser, peer Peer) *session {
 		peer.Transport = "unknown"
 	}
 	s := &session{
-		p:    p,
-		id:   p.nextID.Add(1),
-		peer: peer,
+		p:       p,
+		id:      p.nextID.Add(1),
+		peer:    peer,
+		started: time.Now(),
 		// Until the client has authenticated it may send nothing larger
 		// than an authentication message; login raises the limit to
 		// MaxMessageLen.
@@ -160,6 +170,9 @@ func (s *session) run(ctx context.Context) error {
 	}
 	if err != nil {
 		return err
+	}
+	if s.console != nil {
+		return s.serveConsole(ctx)
 	}
 	return s.loop(ctx)
 }

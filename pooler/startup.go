@@ -414,6 +414,9 @@ func (s *session) login(ctx context.Context, sp *startupParams, authenticated fu
 		}
 	}
 	authenticated()
+	if c := p.console(); c != nil && c.IsConsole(sp.db) {
+		return s.loginConsole(c, sp)
+	}
 	s.cr.SetMaxLen(p.cfg.MaxMessageLen)
 	// AuthenticationOk goes out with whatever comes next, the greeting or
 	// an error: PostgreSQL too says a client is authenticated before it
@@ -475,6 +478,8 @@ func (s *session) login(ctx context.Context, sp *startupParams, authenticated fu
 		&pgproto3.ReadyForQuery{TxStatus: 'I'})
 	s.loggedIn = true
 	s.authed.Store(true)
+	s.appName = sp.params["application_name"]
+	s.listed.Store(true)
 	return s.send(msgs...)
 }
 

@@ -9,6 +9,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"strconv"
 	"sync"
 	"time"
 
@@ -225,6 +226,7 @@ type Server struct {
 	sem      chan struct{}
 	streams  chan struct{} // one token per session running (MaxStreams)
 	limit    chan struct{} // one token per stream beyond MaxStreams being answered
+	connSeq  uint64        // connections accepted, to name them in Peer.Conn; guarded by mu
 }
 
 // listener is what *quic.Listener and *quic.EarlyListener share.
@@ -237,7 +239,8 @@ type listener interface {
 // serverConn is the server's book-keeping for one QUIC connection.
 type serverConn struct {
 	conn   *quic.Conn
-	active int // sessions running; guarded by Server.mu
+	name   string // Peer.Conn of its sessions: "quic-" and its sequence number
+	active int    // sessions running; guarded by Server.mu
 }
 
 // NewServer validates cfg, fills its defaults and prepares TLS. logger nil
@@ -412,7 +415,8 @@ func (s *Server) admit(conn *quic.Conn) {
 		_ = conn.CloseWithError(quicwire.AppCode(pgproto.QUICTooManyConns), "too many connections")
 		return
 	}
-	sc := &serverConn{conn: conn}
+	s.connSeq++
+	sc := &serverConn{conn: conn, name: "quic-" + strconv.FormatUint(s.connSeq, 10)}
 	s.conns[sc] = struct{}{}
 	s.connWG.Add(1)
 	s.mu.Unlock()
@@ -529,7 +533,7 @@ func (s *Server) refuseStream(sc *serverConn, c *quicwire.Conn, log *slog.Logger
 			_ = c.Close()
 			return
 		}
-		peer := front.Peer{Addr: sc.conn.RemoteAddr(), Transport: "quic", Secure: true}
+		peer := front.Peer{Addr: sc.conn.RemoteAddr(), Transport: "quic", Conn: sc.name, Secure: true}
 		if err := s.h.Serve(s.baseCtx, c, peer); err != nil {
 			log.Debug("QUIC cancel request at the stream limit", "stream", c.Stream().StreamID(), "err", err)
 		}
@@ -591,7 +595,7 @@ func (s *Server) runStream(sc *serverConn, c *quicwire.Conn, log *slog.Logger) {
 		}
 	})
 	defer stopWatch()
-	peer := front.Peer{Addr: sc.conn.RemoteAddr(), Transport: "quic", Secure: true}
+	peer := front.Peer{Addr: sc.conn.RemoteAddr(), Transport: "quic", Conn: sc.name, Secure: true}
 	if err := s.h.Serve(ctx, c, peer); err != nil {
 		log.Debug("QUIC session ended with error", "stream", c.Stream().StreamID(), "err", err)
 	}

@@ -64,6 +64,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		logger.Error("start failed", "err", err)
 		return 1
 	}
+	srv.serveArgs.Store(&args)
 	go func() {
 		for n := 0; ; {
 			select {
@@ -118,6 +119,7 @@ func parseServeFlags(args []string, stdout, stderr io.Writer) (*config.Config, e
 		alpn        = fs.String("alpn", config.DefaultALPN, "QUIC application protocol `name`")
 		authMethod  = fs.String("auth-method", config.DefaultAuthMethod, "client authentication `method`: trust, scram-sha-256, md5 or password; trust must be given explicitly on a listen address other than loopback")
 		authFile    = fs.String("auth-file", "", "PgBouncer-format userlist `file` (\"user\" \"secret\" per line)")
+		adminUsers  = fs.String("admin-users", "", "comma-separated `users` allowed on the admin console (databases pgquic and pgbouncer: SHOW POOLS, PAUSE...), authenticated like any client")
 		logLevel    = fs.String("log-level", config.DefaultLogLevel, "log `level`: debug, info, warn or error")
 		logFormat   = fs.String("log-format", config.DefaultLogFormat, "log `format`: text or json")
 		maxClients  = fs.Int("max-client-conn", config.DefaultMaxClientConn, "maximum concurrent client sessions")
@@ -188,6 +190,8 @@ func parseServeFlags(args []string, stdout, stderr io.Writer) (*config.Config, e
 			cfg.Explicit.AuthMethod = true
 		case "auth-file":
 			cfg.Auth.File = *authFile
+		case "admin-users":
+			cfg.AdminUsers = config.ParseUserList(*adminUsers)
 		case "log-level":
 			cfg.LogLevel = *logLevel
 		case "log-format":

@@ -49,6 +49,12 @@ type server struct {
 	metrics *metricsServer    // nil when disabled
 	health  *health
 
+	// shutdownReq is closed by the admin console's SHUTDOWN, which Run
+	// treats as it treats SIGTERM.
+	shutdownReq  chan struct{}
+	shutdownOnce sync.Once
+	serveArgs    serveArgsRef // the serve command line, for the console's RELOAD; nil in tests
+
 	bmetrics *backend.Metrics // shared by every Manager the server has had
 	retiring sync.WaitGroup   // Managers a reload replaced, still closing
 
@@ -75,7 +81,7 @@ func (s *server) Force() {
 // defaults applied), opens all listeners and logs the one "ready" line. On
 // error everything built so far is torn down. ctx bounds the start only.
 func startServer(ctx context.Context, cfg *config.Config, logger *slog.Logger) (_ *server, err error) {
-	s := &server{cfg: cfg, logger: logger, reg: prometheus.NewRegistry(), force: make(chan struct{})}
+	s := &server{cfg: cfg, logger: logger, reg: prometheus.NewRegistry(), shutdownReq: make(chan struct{}), force: make(chan struct{})}
 	defer func() {
 		if err != nil {
 			s.closeBackends()
@@ -130,6 +136,7 @@ func startServer(ctx context.Context, cfg *config.Config, logger *slog.Logger) (
 	if err != nil {
 		return nil, fmt.Errorf("pooler: %w", err)
 	}
+	s.pooler.SetConsole(s.newConsole())
 
 	if cfg.TCPListen != "" {
 		var ttls *tls.Config
@@ -396,6 +403,8 @@ func (s *server) Run(ctx context.Context) error {
 	select {
 	case <-ctx.Done():
 		s.logger.Info("shutting down", "grace", s.live.cfg.Load().ShutdownGrace)
+	case <-s.shutdownReq:
+		s.logger.Info("shutting down: SHUTDOWN from the admin console", "grace", s.live.cfg.Load().ShutdownGrace)
 	case failure = <-failed:
 		s.logger.Error("shutting down after a failure", "err", failure)
 	}

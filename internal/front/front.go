@@ -31,6 +31,13 @@ type Peer struct {
 	// Transport names the front end ("tcp", "quic") in logs and metrics.
 	Transport string
 
+	// Conn identifies the transport connection carrying the session when
+	// one connection carries several sessions: the QUIC front names each
+	// connection ("quic-1", "quic-2"...), so the admin console's SHOW
+	// CLIENTS can tell which streams share one. Empty for TCP, where each
+	// session is its own connection.
+	Conn string
+
 	// Secure reports that the transport is already encrypted (a QUIC stream,
 	// or a TCP connection after TLS). An SSLRequest on a secure transport is
 	// answered 'N' and the session continues in the clear inside it.
