@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -260,9 +261,61 @@ func TestConsoleReload(t *testing.T) {
 		t.Errorf("SHOW CONFIG changeable: pool_size %q auth.method %q mode %q admin_users %q",
 			changeable["pool_size"], changeable["auth.method"], changeable["mode"], changeable["admin_users"])
 	}
+	// RELOAD while eight clients query without pause: SHOW POOLS shows the
+	// bigger pool in use and no query fails.
+	var queries, failures atomic.Int64
+	loadCtx, stopLoad := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	for range 8 {
+		c, err := pgconn.Connect(ctx, fmt.Sprintf("postgres://%s:%s@%s/postgres?sslmode=disable", cluster.SuperUser, cluster.SuperPassword, addr))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close(context.Background())
+		wg.Go(func() {
+			for loadCtx.Err() == nil {
+				if _, err := c.Exec(loadCtx, "SELECT pg_sleep(0.02)").ReadAll(); err != nil {
+					if loadCtx.Err() == nil {
+						failures.Add(1)
+						t.Errorf("query during RELOAD: %v", err)
+					}
+					continue
+				}
+				queries.Add(1)
+			}
+		})
+	}
+	servers := func() int {
+		header, rows, err := psqlTable(ctx, t, addr, "admin", "SHOW POOLS")
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		for _, r := range rows {
+			if cell(t, header, r, "database") == "postgres" {
+				for _, col := range []string{"sv_active", "sv_idle", "sv_used"} {
+					v, _ := strconv.Atoi(cell(t, header, r, col))
+					n += v
+				}
+			}
+		}
+		return n
+	}
+	waitFor(t, func() bool { return queries.Load() > 40 })
+	if n := servers(); n > 2 {
+		t.Fatalf("SHOW POOLS shows %d server connections before RELOAD, pool_size is 2", n)
+	}
 	write(base + "pool_size: 5\n")
 	if _, err := con.Exec(ctx, "RELOAD").ReadAll(); err != nil {
 		t.Fatalf("RELOAD: %v", err)
+	}
+	waitFor(t, func() bool { return servers() > 2 })
+	before := queries.Load()
+	waitFor(t, func() bool { return queries.Load() > before+40 })
+	stopLoad()
+	wg.Wait()
+	if n := failures.Load(); n != 0 {
+		t.Fatalf("%d of %d queries failed across RELOAD", n, queries.Load())
 	}
 	if _, err := app.Exec(ctx, "SELECT 1").ReadAll(); err != nil {
 		t.Fatalf("query after RELOAD: %v", err)
