@@ -68,6 +68,9 @@ type Config struct {
 	// SIGHUP does); RELOAD calls it and reports its error with SQLSTATE
 	// F0000. Nil makes RELOAD an error saying it is not supported.
 	Reload func() error
+	// StatsPeriod is the period SHOW STATS's avg_* columns average over
+	// (PgBouncer's stats_period). Default: DefaultStatsPeriod.
+	StatsPeriod time.Duration
 }
 
 // Console serves the admin console. It implements pooler.Console.
@@ -76,6 +79,7 @@ type Console struct {
 	p     *pooler.Pooler
 	pools PoolLister
 	log   *slog.Logger
+	stats *statsPeriods
 }
 
 var _ pooler.Console = (*Console)(nil)
@@ -92,7 +96,10 @@ func New(cfg Config, p *pooler.Pooler, pools PoolLister, logger *slog.Logger) *C
 	if cfg.Mode == "" {
 		cfg.Mode = string(pooler.ModeTransaction)
 	}
-	return &Console{cfg: cfg, p: p, pools: pools, log: logger}
+	if cfg.StatsPeriod <= 0 {
+		cfg.StatsPeriod = DefaultStatsPeriod
+	}
+	return &Console{cfg: cfg, p: p, pools: pools, log: logger, stats: &statsPeriods{length: cfg.StatsPeriod}}
 }
 
 // IsConsole reports whether database is one of Databases.

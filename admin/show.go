@@ -268,22 +268,29 @@ func (c *Console) totals() []dbTotals {
 }
 
 // showStats is SHOW STATS. Measured per database: server assignments,
-// transactions and requests with their times, and wait time. Not measured
-// per database yet, reading 0: bytes, parse, bind and login counts, and
-// every avg_* column (the Prometheus series have what pgquic measures).
+// transactions and requests with their times, and wait time, as totals and
+// as averages over the last completed stats period (Config.StatsPeriod;
+// counts per second, times per transaction, request or assignment). Not
+// measured per database yet, reading 0: bytes, parse, bind and login counts
+// (the Prometheus series have bytes per front).
 func (c *Console) showStats() *result {
 	types := "s"
 	for range len(statsNames) - 1 {
 		types += "N"
 	}
 	r := &result{cols: cols(types, statsNames...)}
-	for _, t := range c.totals() {
+	totals := c.totals()
+	avg := c.stats.averages(time.Now(), totals)
+	for _, t := range totals {
 		row := make([]any, len(statsNames))
 		for i := range row {
 			row[i] = 0
 		}
 		row[0], row[1], row[2], row[3] = t.name, t.assignments, t.xact, t.queries
 		row[6], row[7], row[8] = t.xactMicros, t.queryMicros, t.waitMicros
+		a := avg[t.name]
+		row[13], row[14], row[15] = a.assignments, a.xact, a.queries
+		row[18], row[19], row[20] = a.xactMicros, a.queryMicros, a.waitMicros
 		r.add(row...)
 	}
 	return r
