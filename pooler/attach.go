@@ -117,7 +117,9 @@ func (s *session) acquireConn(ctx context.Context) (*backend.Conn, error) {
 		// The pool source replaced its pools (a configuration reload)
 		// since this session looked its pool up: use the new one.
 		if np, perr := s.p.pools.Pool(ctx, s.database, s.user); perr == nil && np != s.pool {
+			s.mu.Lock() // Clients reads it under mu
 			s.pool = np
+			s.mu.Unlock()
 			conn, err = np.Acquire(actx)
 		}
 	}

@@ -80,11 +80,11 @@ func (p *Pooler) Clients() []ClientInfo {
 			TLS:             s.peer.Secure || s.secure,
 			ApplicationName: s.appName,
 			Console:         s.console != nil,
-			Pool:            s.pool,
 			ConnectTime:     s.started,
 			State:           ClientIdle,
 		}
 		s.mu.Lock()
+		ci.Pool = s.pool // replaced after a configuration reload (acquireConn)
 		ci.PID = s.pid
 		ci.RequestTime = s.lastRequest
 		ci.PreparedStatements = len(s.stmts)
