@@ -272,6 +272,32 @@ func TestShowPoolsUnderLoad(t *testing.T) {
 	if st.num(t, i, "total_query_time") == 0 || st.num(t, i, "total_wait_time") == 0 {
 		t.Errorf("SHOW STATS times: %v", st.rows[i])
 	}
+	// Bytes each way and logins: six clients logged in, each sent its
+	// queries and got their replies.
+	if st.num(t, i, "total_client_login_count") != 6 || st.num(t, i, "total_received") < int(done)*len("BEGIN; SELECT pg_sleep(0.100000); COMMIT") ||
+		st.num(t, i, "total_sent") == 0 {
+		t.Errorf("SHOW STATS logins %d, received %d, sent %d", st.num(t, i, "total_client_login_count"),
+			st.num(t, i, "total_received"), st.num(t, i, "total_sent"))
+	}
+	// One client prepares a statement and runs it twice: one Parse and two
+	// Binds from the client, and one Parse the pooler sent a server.
+	app := h.connect(ctx, t, "postgres", "postgres")
+	sd, err := app.Prepare(ctx, "s1", "SELECT $1::int", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		if r := app.ExecPrepared(ctx, "s1", [][]byte{[]byte("7")}, nil, nil).Read(); r.Err != nil {
+			t.Fatal(r.Err)
+		}
+	}
+	_ = sd
+	st = mustQuery(ctx, t, con, "SHOW STATS")
+	i = st.find(t, "database", "postgres")
+	if st.num(t, i, "total_client_parse_count") != 1 || st.num(t, i, "total_bind_count") != 2 || st.num(t, i, "total_server_parse_count") < 1 {
+		t.Errorf("SHOW STATS after a Prepare and two executions: client_parse %d, bind %d, server_parse %d; want 1, 2, at least 1",
+			st.num(t, i, "total_client_parse_count"), st.num(t, i, "total_bind_count"), st.num(t, i, "total_server_parse_count"))
+	}
 	t.Logf("SHOW STATS after %d transactions: xact_count=%d query_count=%d xact_time=%dµs wait_time=%dµs", done,
 		st.num(t, i, "total_xact_count"), st.num(t, i, "total_query_count"), st.num(t, i, "total_xact_time"), st.num(t, i, "total_wait_time"))
 	waitFor(t, 10*time.Second, "cl_waiting back to 0", func() bool {

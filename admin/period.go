@@ -15,6 +15,9 @@ const DefaultStatsPeriod = time.Minute
 type dbAverages struct {
 	assignments, xact, queries          int64
 	xactMicros, queryMicros, waitMicros int64
+	received, sent                      int64
+	clientParses, serverParses, binds   int64
+	logins                              int64
 }
 
 // statsPeriods turns SHOW STATS's cumulative totals into the averages of
@@ -53,13 +56,20 @@ func (sp *statsPeriods) averages(now time.Time, cur []dbTotals) map[string]dbAve
 			xactMicros: max(t.xactMicros-b.xactMicros, 0), queryMicros: max(t.queryMicros-b.queryMicros, 0),
 			waitMicros: max(t.waitMicros-b.waitMicros, 0),
 		}
+		rate := func(now, then uint64) int64 { return int64(float64(sub(now, then)) / secs) }
 		avg[t.name] = dbAverages{
-			assignments: int64(float64(d.assignments) / secs),
-			xact:        int64(float64(d.xact) / secs),
-			queries:     int64(float64(d.queries) / secs),
-			xactMicros:  per(d.xactMicros, d.xact),
-			queryMicros: per(d.queryMicros, d.queries),
-			waitMicros:  per(d.waitMicros, d.assignments),
+			received:     rate(t.received, b.received),
+			sent:         rate(t.sent, b.sent),
+			clientParses: rate(t.clientParses, b.clientParses),
+			serverParses: rate(t.serverParses, b.serverParses),
+			binds:        rate(t.binds, b.binds),
+			logins:       rate(t.logins, b.logins),
+			assignments:  int64(float64(d.assignments) / secs),
+			xact:         int64(float64(d.xact) / secs),
+			queries:      int64(float64(d.queries) / secs),
+			xactMicros:   per(d.xactMicros, d.xact),
+			queryMicros:  per(d.queryMicros, d.queries),
+			waitMicros:   per(d.waitMicros, d.assignments),
 		}
 	}
 	sp.start, sp.base, sp.avg = now, index(cur), avg

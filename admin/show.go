@@ -242,6 +242,9 @@ type dbTotals struct {
 	name                                string
 	assignments, xact, queries          uint64
 	xactMicros, queryMicros, waitMicros int64
+	received, sent                      uint64 // protocol bytes from and to clients
+	clientParses, serverParses, binds   uint64
+	logins                              uint64
 }
 
 // totals sums the pools' counters per client-facing database: server
@@ -264,15 +267,24 @@ func (c *Console) totals() []dbTotals {
 		t.queryMicros += ct.QueryTime.Microseconds()
 		t.waitMicros += ct.AcquireWait.Microseconds()
 	}
+	counters := c.p.DatabaseCounters()
+	for i := range out {
+		if dc := counters[out[i].name]; dc != nil {
+			t := &out[i]
+			t.received, t.sent = dc.Received.Load(), dc.Sent.Load()
+			t.clientParses, t.serverParses, t.binds = dc.ClientParses.Load(), dc.ServerParses.Load(), dc.Binds.Load()
+			t.logins = dc.Logins.Load()
+		}
+	}
 	return out
 }
 
-// showStats is SHOW STATS. Measured per database: server assignments,
-// transactions and requests with their times, and wait time, as totals and
-// as averages over the last completed stats period (Config.StatsPeriod;
-// counts per second, times per transaction, request or assignment). Not
-// measured per database yet, reading 0: bytes, parse, bind and login counts
-// (the Prometheus series have bytes per front).
+// showStats is SHOW STATS: per database, server assignments, transactions
+// and requests with their times, wait time, protocol bytes from and to
+// clients, clients' Parse and Bind messages, the Parses the pooler sent
+// servers, and logins, as totals and as averages over the last completed
+// stats period (Config.StatsPeriod; counts and bytes per second, times per
+// transaction, request or assignment).
 func (c *Console) showStats() *result {
 	types := "s"
 	for range len(statsNames) - 1 {
@@ -287,10 +299,14 @@ func (c *Console) showStats() *result {
 			row[i] = 0
 		}
 		row[0], row[1], row[2], row[3] = t.name, t.assignments, t.xact, t.queries
+		row[4], row[5] = t.received, t.sent
 		row[6], row[7], row[8] = t.xactMicros, t.queryMicros, t.waitMicros
+		row[9], row[10], row[11], row[12] = t.clientParses, t.serverParses, t.binds, t.logins
 		a := avg[t.name]
 		row[13], row[14], row[15] = a.assignments, a.xact, a.queries
+		row[16], row[17] = a.received, a.sent
 		row[18], row[19], row[20] = a.xactMicros, a.queryMicros, a.waitMicros
+		row[21], row[22], row[23], row[24] = a.clientParses, a.serverParses, a.binds, a.logins
 		r.add(row...)
 	}
 	return r
@@ -307,7 +323,8 @@ func (c *Console) showStatsTotals() *result {
 		"server_parse_count", "bind_count",
 		"client_login_count")}
 	for _, t := range c.totals() {
-		r.add(t.name, t.assignments, t.xact, t.queries, 0, 0, t.xactMicros, t.queryMicros, t.waitMicros, 0, 0, 0, 0)
+		r.add(t.name, t.assignments, t.xact, t.queries, t.received, t.sent, t.xactMicros, t.queryMicros, t.waitMicros,
+			t.clientParses, t.serverParses, t.binds, t.logins)
 	}
 	return r
 }

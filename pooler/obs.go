@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -109,12 +110,14 @@ func (s *session) state() int {
 type countedStream struct {
 	io.ReadWriteCloser
 	in, out prometheus.Counter
+	ctr     *DatabaseCounters // the session's own, for SHOW STATS by database
 }
 
 func (c *countedStream) Read(b []byte) (int, error) {
 	n, err := c.ReadWriteCloser.Read(b)
 	if n > 0 {
 		c.in.Add(float64(n))
+		c.ctr.Received.Add(uint64(n))
 	}
 	return n, err
 }
@@ -123,6 +126,7 @@ func (c *countedStream) Write(b []byte) (int, error) {
 	n, err := c.ReadWriteCloser.Write(b)
 	if n > 0 {
 		c.out.Add(float64(n))
+		c.ctr.Sent.Add(uint64(n))
 	}
 	return n, err
 }
@@ -131,7 +135,69 @@ func (c *countedStream) Write(b []byte) (int, error) {
 func (s *session) countBytes(rwc io.ReadWriteCloser) io.ReadWriteCloser {
 	return &countedStream{rwc,
 		s.p.m.bytesIn.WithLabelValues(s.peer.Transport),
-		s.p.m.bytesOut.WithLabelValues(s.peer.Transport)}
+		s.p.m.bytesOut.WithLabelValues(s.peer.Transport), &s.ctr}
+}
+
+// DatabaseCounters are cumulative counts of the client sessions of one
+// database, for the admin console's SHOW STATS: protocol bytes from and to
+// clients, logins, the Parse and Bind messages clients sent, and the Parse
+// messages the pooler sent servers to create statements they lacked.
+type DatabaseCounters struct {
+	Received, Sent, Logins, ClientParses, Binds, ServerParses atomic.Uint64
+}
+
+// add adds o's counts to c.
+func (c *DatabaseCounters) add(o *DatabaseCounters) {
+	c.Received.Add(o.Received.Load())
+	c.Sent.Add(o.Sent.Load())
+	c.Logins.Add(o.Logins.Load())
+	c.ClientParses.Add(o.ClientParses.Load())
+	c.Binds.Add(o.Binds.Load())
+	c.ServerParses.Add(o.ServerParses.Load())
+}
+
+// DatabaseCounters returns, per client-facing database, the counts of its
+// sessions so far: those that ended and those still open.
+func (p *Pooler) DatabaseCounters() map[string]*DatabaseCounters {
+	out := map[string]*DatabaseCounters{}
+	sum := func(db string, c *DatabaseCounters) {
+		t := out[db]
+		if t == nil {
+			t = new(DatabaseCounters)
+			out[db] = t
+		}
+		t.add(c)
+	}
+	p.mu.Lock()
+	for db, c := range p.ended {
+		sum(db, c)
+	}
+	p.mu.Unlock()
+	for _, s := range p.snapshotSessions() {
+		sum(s.database, &s.ctr)
+	}
+	return out
+}
+
+// noteEnded adds an ended logged-in session's counts to its database's.
+// The map is bounded like the pools: one entry per database name a client
+// logged in to (wildcard pools for unknown names are refused at login).
+func (p *Pooler) noteEnded(s *session) {
+	if !s.listed.Load() {
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	s.listed.Store(false) // counted here from now on, not among the live sessions
+	c := p.ended[s.database]
+	if c == nil {
+		if p.ended == nil {
+			p.ended = map[string]*DatabaseCounters{}
+		}
+		c = new(DatabaseCounters)
+		p.ended[s.database] = c
+	}
+	c.add(&s.ctr)
 }
 
 // sqlstateClass returns the class (first two characters) of an

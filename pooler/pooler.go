@@ -50,11 +50,12 @@ type Pooler struct {
 	nextID atomic.Uint64
 	wg     sync.WaitGroup
 
-	starting startingLimiter // sessions not yet authenticated (startup.go)
-	cancelWG sync.WaitGroup  // cancels sent for requests of sessions cut off (cancelOnServer)
-	tmo      liveTimeouts    // the timeouts of cfg, replaceable (SetTimeouts)
-	canon    canonTable      // the server's spelling of clients' startup values (greeting.go)
-	stale    staleGens       // statements whose result type changed (stale.go)
+	starting startingLimiter              // sessions not yet authenticated (startup.go)
+	cancelWG sync.WaitGroup               // cancels sent for requests of sessions cut off (cancelOnServer)
+	tmo      liveTimeouts                 // the timeouts of cfg, replaceable (SetTimeouts)
+	ended    map[string]*DatabaseCounters // counts of ended sessions per database (guarded by mu)
+	canon    canonTable                   // the server's spelling of clients' startup values (greeting.go)
+	stale    staleGens                    // statements whose result type changed (stale.go)
 
 	consoleRef atomic.Pointer[consoleHolder] // the admin console, nil without one (console.go)
 	gate       pauseGate                     // databases held by PAUSE or KILL (pause.go)
@@ -112,6 +113,7 @@ func (p *Pooler) Serve(ctx context.Context, rwc io.ReadWriteCloser, peer Peer) e
 	err := s.run(ctx)
 	s.stopTimers()
 	s.close()
+	p.noteEnded(s)
 	s.logEnd(time.Since(start), err)
 	return err
 }

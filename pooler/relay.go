@@ -93,6 +93,9 @@ type attachment struct {
 // is discarded at once. s.mu must be held.
 func (s *session) push(a *attachment, e entry) {
 	s.noteRequest(a, &e)
+	if e.kind == eParse {
+		s.ctr.ServerParses.Add(1) // a Parse written to the server, the client's or the pooler's
+	}
 	if a.skipping {
 		if e.kind != eSync {
 			s.discard(a, &e)

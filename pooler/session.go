@@ -77,6 +77,8 @@ type session struct {
 
 	timeouts // idle and query timers (timeouts.go)
 
+	ctr DatabaseCounters // this session's counts for SHOW STATS (obs.go)
+
 	stuck atomic.Uint32 // watcher epoch when the owner began waiting on the server; 0 when not (watch.go)
 
 	wmu sync.Mutex
@@ -287,8 +289,10 @@ func (s *session) handle(ctx context.Context, typ byte) error {
 	case 'Q':
 		return s.handleQuery(ctx)
 	case 'P':
+		s.ctr.ClientParses.Add(1)
 		return s.handleParse(ctx)
 	case 'B':
+		s.ctr.Binds.Add(1)
 		return s.handleBind(ctx)
 	case 'D':
 		return s.handleDescribe(ctx)

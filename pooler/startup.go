@@ -479,6 +479,7 @@ func (s *session) login(ctx context.Context, sp *startupParams, authenticated fu
 	s.loggedIn = true
 	s.authed.Store(true)
 	s.appName = sp.params["application_name"]
+	s.ctr.Logins.Add(1)
 	s.listed.Store(true)
 	return s.send(msgs...)
 }
