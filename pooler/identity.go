@@ -53,6 +53,7 @@ type sqlInfo struct {
 	paramsAll bool     // RESET ALL, or set_config of a parameter the lexer cannot name
 	resetAll  bool     // RESET ALL
 	copy      bool     // a COPY, which may leave the server waiting for the client's data
+	schema    bool     // CREATE, ALTER or DROP: statements prepared before may have changed shape
 
 	pins pinInfo // unmovable session state (pin.go)
 }
@@ -65,7 +66,7 @@ func inspectSQL(sql []byte) sqlInfo {
 	}
 	text := unsafe.String(&sql[0], len(sql)) // sql is not modified while text is in use
 	sum := sqllex.Classify(text).Flags
-	info := sqlInfo{pins: readPins(text, sum), copy: sum&sqllex.Copy != 0}
+	info := sqlInfo{pins: readPins(text, sum), copy: sum&sqllex.Copy != 0, schema: sum&sqllex.SchemaChange != 0}
 	if sum&(identityChange|sqllex.Transaction|sessionParams|sqllex.DiscardAll) == 0 {
 		return info
 	}
@@ -159,6 +160,13 @@ func (s *session) noteSQL(a *attachment, info sqlInfo) {
 		a.begun = false
 	}
 	a.copy = a.copy || info.copy
+	if info.schema && s.p.cfg.Mode == ModeTransaction {
+		// The pooler's statements on this connection were prepared before
+		// the change: prepare each again (closing the old one) at its next
+		// use, so a client's new statement of the same text cannot meet
+		// 0A000 "cached plan must not change result type".
+		a.st.dropStatements(false)
+	}
 	if info.paramsAll || len(info.params) > 0 || len(info.resets) > 0 {
 		a.st.clientSet(info.params, info.paramsAll)
 		a.st.clientSet(info.resets, false)

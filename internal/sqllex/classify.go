@@ -166,6 +166,7 @@ func (c *classifier) head() {
 	case eqFold(w, "declare"):
 		c.declare()
 	case eqFold(w, "create"):
+		st.Flags |= SchemaChange
 		c.create()
 	case eqFold(w, "do"):
 		st.Flags |= DoBlock
@@ -179,7 +180,9 @@ func (c *classifier) head() {
 			c.name(n)
 		}
 	case eqFold(w, "drop"):
-		st.Flags |= Drop
+		st.Flags |= Drop | SchemaChange
+	case eqFold(w, "alter"):
+		st.Flags |= SchemaChange
 	case eqFold(w, "explain"):
 		c.explain()
 	}

@@ -149,6 +149,10 @@ const (
 	AdvisoryUnlock
 	// Drop marks DROP …, which may drop a temporary object.
 	Drop
+	// SchemaChange marks CREATE, ALTER and DROP: after them a statement
+	// prepared earlier on the connection may no longer describe what the
+	// same text returns now.
+	SchemaChange
 )
 
 // Uncertainty. When either is set a caller should take its safe path.
@@ -187,7 +191,7 @@ var flagNames = [64]string{
 	28: "Prepare", "Execute", "Deallocate", "DeallocateAll", "DiscardAll", "DiscardPlans",
 	"DiscardSequences", "DiscardTemp",
 	36: "Copy", "Listen", "Unlisten", "Notify", "DeclareCursor", "DeclareHold", "CreateTemp",
-	"DoBlock", "Call", "Load", "AdvisoryLock", "CloseCursor", "AdvisoryUnlock", "Drop",
+	"DoBlock", "Call", "Load", "AdvisoryLock", "CloseCursor", "AdvisoryUnlock", "Drop", "SchemaChange",
 	56: "Incomplete", "Ambiguous",
 }
 
