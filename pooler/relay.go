@@ -2,6 +2,7 @@ package pooler
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"os"
 	"sync/atomic"
@@ -210,8 +211,9 @@ func (s *session) relayOne(a *attachment) relayResult {
 	}
 	// Fast path: rows and notices change no state, unless they answer a
 	// quiet query of the pooler's own (the slow path swallows them).
+	// Notifications take the slow path (see case 'A' below).
 	switch typ {
-	case 'D', 'd', 'N', 'A':
+	case 'D', 'd', 'N':
 		if a.quiet.Load() > 0 {
 			break
 		}
@@ -303,6 +305,13 @@ func (s *session) relayOne(a *attachment) relayResult {
 		}
 	case 'A': // NotificationResponse: the client's, whatever query runs
 		forward = true
+		if s.p.cfg.Mode == ModeTransaction && len(body) >= 4 && binary.BigEndian.Uint32(body) == a.conn.PID {
+			// Sent by the client's own NOTIFY: PostgreSQL gives the
+			// notifying process's PID, which for the client is the one
+			// BackendKeyData gave it (psycopg compares them), not the
+			// server connection's.
+			binary.BigEndian.PutUint32(body, s.pid)
+		}
 	case 'E':
 		if head != nil && head.params != nil {
 			head.params.failed = true
