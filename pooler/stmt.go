@@ -216,6 +216,33 @@ func (s *session) ensurePrepared(a *attachment, st *stmt) error {
 	return s.writeServer(a, st.parse)
 }
 
+// rewriteDeallocate turns the text of an unnamed Parse that is "DEALLOCATE
+// name" of one of the client's protocol-level statements (psycopg sends its
+// cache evictions this way) into a DEALLOCATE of the statement's server
+// name, prepared on a's server first, so the server drops what the client
+// meant, and forgets the client's name, as PostgreSQL would. rest is the
+// Parse body after the statement name. s.mu must be held.
+func (s *session) rewriteDeallocate(a *attachment, rest []byte) ([]byte, error) {
+	sql, tail, ok := wire.CString(rest)
+	if !ok {
+		return rest, nil
+	}
+	verb, arg := classifyQuery(sql)
+	if verb != "deallocate" || arg == "all" {
+		return rest, nil
+	}
+	st := s.stmts[arg]
+	if st == nil {
+		return rest, nil
+	}
+	if err := s.ensurePrepared(a, st); err != nil {
+		return nil, err
+	}
+	s.dropClientStmt(arg)
+	out := append([]byte("DEALLOCATE "+quoteIdent(st.name)), 0)
+	return append(out, tail...), nil
+}
+
 // ensureUnnamed replays the client's unnamed statement on a server that does
 // not hold it (a Bind of "" in a later transaction). s.mu must be held.
 func (s *session) ensureUnnamed(a *attachment) error {
@@ -266,14 +293,18 @@ func (s *session) handleParse(ctx context.Context) error {
 		return fatal(pgproto.CodeProtocolViolation, "invalid Parse message", nil)
 	}
 	if len(nameB) == 0 {
-		u := newStmt("", rest)
-		s.unnamed = u
 		s.mu.Lock()
 		a, err := s.attachLocked(ctx)
 		if err != nil {
 			s.mu.Unlock()
 			return s.raise(err, false)
 		}
+		if rest, err = s.rewriteDeallocate(a, rest); err != nil {
+			s.mu.Unlock()
+			return err
+		}
+		u := newStmt("", rest)
+		s.unnamed = u
 		s.push(a, entry{kind: eParse, unnamed: true})
 		a.st.unnamedKey, a.st.unnamedOK = u.key, true
 		err = s.writeServer(a, u.parse)
