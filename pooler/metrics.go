@@ -18,8 +18,6 @@ type metrics struct {
 	prepares     prometheus.Counter
 	cancels      prometheus.Counter
 	waitSeconds  prometheus.Histogram
-	bytesIn      *prometheus.CounterVec
-	bytesOut     *prometheus.CounterVec
 	serverErrors *prometheus.CounterVec
 	pins         *prometheus.CounterVec
 	pinned       prometheus.Gauge
@@ -60,14 +58,6 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help:    "Time clients waited for a server connection.",
 			Buckets: []float64{.0001, .0005, .001, .005, .01, .05, .1, .5, 1, 5, 30},
 		}),
-		bytesIn: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: "pgquic", Subsystem: "pooler", Name: "client_received_bytes_total",
-			Help: "Protocol bytes received from clients (after TLS decryption), by front-end transport.",
-		}, []string{"transport"}),
-		bytesOut: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: "pgquic", Subsystem: "pooler", Name: "client_sent_bytes_total",
-			Help: "Protocol bytes sent to clients (before TLS encryption), by front-end transport.",
-		}, []string{"transport"}),
 		serverErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "pgquic", Subsystem: "pooler", Name: "server_errors_total",
 			Help: "ErrorResponses the server sent to clients (forwarded by the pooler), by SQLSTATE class (the code's first two characters: 23 integrity, 42 syntax or access, 57 operator intervention...).",
@@ -96,8 +86,6 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	adopt(reg, &m.prepares, &errs)
 	adopt(reg, &m.cancels, &errs)
 	adopt(reg, &m.waitSeconds, &errs)
-	adopt(reg, &m.bytesIn, &errs)
-	adopt(reg, &m.bytesOut, &errs)
 	adopt(reg, &m.serverErrors, &errs)
 	adopt(reg, &m.pins, &errs)
 	adopt(reg, &m.pinned, &errs)

@@ -28,7 +28,8 @@ var clientStates = [...]string{stateLogin, stateActive, stateWaiting, stateIdle}
 // from the poolers' sessions at scrape time so that the hot path updates
 // nothing. Poolers sharing a registry share one collector.
 type stateCollector struct {
-	desc *prometheus.Desc
+	desc           *prometheus.Desc
+	received, sent *prometheus.Desc
 
 	mu      sync.Mutex
 	poolers []*Pooler
@@ -37,7 +38,12 @@ type stateCollector struct {
 func newStateCollector() *stateCollector {
 	return &stateCollector{desc: prometheus.NewDesc("pgquic_pooler_clients_by_state",
 		"Client sessions open, by front-end transport and state: login (authenticating), active (holding a server connection), waiting (for a server connection), idle.",
-		[]string{"transport", "state"}, nil)}
+		[]string{"transport", "state"}, nil),
+		received: prometheus.NewDesc("pgquic_pooler_client_received_bytes_total",
+			"Protocol bytes received from clients (after TLS decryption), by front-end transport.", []string{"transport"}, nil),
+		sent: prometheus.NewDesc("pgquic_pooler_client_sent_bytes_total",
+			"Protocol bytes sent to clients (before TLS encryption), by front-end transport.", []string{"transport"}, nil),
+	}
 }
 
 // registerStates adds p to the registry's state collector, registering one
@@ -63,7 +69,11 @@ func registerStates(reg prometheus.Registerer, p *Pooler) error {
 }
 
 // Describe implements prometheus.Collector.
-func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
+func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- c.desc
+	ch <- c.received
+	ch <- c.sent
+}
 
 // Collect implements prometheus.Collector.
 func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
@@ -71,6 +81,7 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	poolers := append([]*Pooler(nil), c.poolers...)
 	c.mu.Unlock()
 	counts := map[string]*[len(clientStates)]int{}
+	bytes := map[string]*[2]uint64{}
 	for _, p := range poolers {
 		p.mu.Lock()
 		for _, s := range p.sessions {
@@ -81,12 +92,34 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 			}
 			n[s.state()]++
 		}
+		// Bytes: the sessions registered now plus those that ended, both
+		// under p.mu, so a session moves from one to the other at once and
+		// the counters never go back.
+		add := func(transport string, in, out uint64) {
+			b := bytes[transport]
+			if b == nil {
+				b = new([2]uint64)
+				bytes[transport] = b
+			}
+			b[0] += in
+			b[1] += out
+		}
+		for s := range p.live {
+			add(s.peer.Transport, s.ctr.Received.Load(), s.ctr.Sent.Load())
+		}
+		for transport, b := range p.endedBytes {
+			add(transport, b[0], b[1])
+		}
 		p.mu.Unlock()
 	}
 	for transport, n := range counts {
 		for i, st := range clientStates {
 			ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, float64(n[i]), transport, st)
 		}
+	}
+	for transport, b := range bytes {
+		ch <- prometheus.MustNewConstMetric(c.received, prometheus.CounterValue, float64(b[0]), transport)
+		ch <- prometheus.MustNewConstMetric(c.sent, prometheus.CounterValue, float64(b[1]), transport)
 	}
 }
 
@@ -105,18 +138,17 @@ func (s *session) state() int {
 }
 
 // countedStream counts the protocol bytes a client sends and receives (after
-// TLS decryption) into the pooler's per-transport byte counters: one atomic
-// add per read or write call, not per message.
+// TLS decryption) into the session's own counters: one uncontended atomic
+// add per read or write call, not per message. The per-transport series and
+// SHOW STATS sum them when read.
 type countedStream struct {
 	io.ReadWriteCloser
-	in, out prometheus.Counter
-	ctr     *DatabaseCounters // the session's own, for SHOW STATS by database
+	ctr *DatabaseCounters
 }
 
 func (c *countedStream) Read(b []byte) (int, error) {
 	n, err := c.ReadWriteCloser.Read(b)
 	if n > 0 {
-		c.in.Add(float64(n))
 		c.ctr.Received.Add(uint64(n))
 	}
 	return n, err
@@ -125,7 +157,6 @@ func (c *countedStream) Read(b []byte) (int, error) {
 func (c *countedStream) Write(b []byte) (int, error) {
 	n, err := c.ReadWriteCloser.Write(b)
 	if n > 0 {
-		c.out.Add(float64(n))
 		c.ctr.Sent.Add(uint64(n))
 	}
 	return n, err
@@ -133,9 +164,7 @@ func (c *countedStream) Write(b []byte) (int, error) {
 
 // countBytes wraps a client stream of s's transport in a countedStream.
 func (s *session) countBytes(rwc io.ReadWriteCloser) io.ReadWriteCloser {
-	return &countedStream{rwc,
-		s.p.m.bytesIn.WithLabelValues(s.peer.Transport),
-		s.p.m.bytesOut.WithLabelValues(s.peer.Transport), &s.ctr}
+	return &countedStream{rwc, &s.ctr}
 }
 
 // DatabaseCounters are cumulative counts of the client sessions of one

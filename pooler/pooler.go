@@ -54,8 +54,13 @@ type Pooler struct {
 	cancelWG sync.WaitGroup               // cancels sent for requests of sessions cut off (cancelOnServer)
 	tmo      liveTimeouts                 // the timeouts of cfg, replaceable (SetTimeouts)
 	ended    map[string]*DatabaseCounters // counts of ended sessions per database (guarded by mu)
-	canon    canonTable                   // the server's spelling of clients' startup values (greeting.go)
-	stale    staleGens                    // statements whose result type changed (stale.go)
+	// live holds every registered session and endedBytes the protocol
+	// bytes of those that ended, per transport, for the byte counters read
+	// at scrape time (obs.go). Both guarded by mu.
+	live       map[*session]struct{}
+	endedBytes map[string]*[2]uint64
+	canon      canonTable // the server's spelling of clients' startup values (greeting.go)
+	stale      staleGens  // statements whose result type changed (stale.go)
 
 	consoleRef atomic.Pointer[consoleHolder] // the admin console, nil without one (console.go)
 	gate       pauseGate                     // databases held by PAUSE or KILL (pause.go)
@@ -174,6 +179,11 @@ func (p *Pooler) register(s *session) bool {
 		s.pid = pid
 		copy(s.secret[:], b[4:])
 		p.sessions[pid] = s
+		if p.live == nil {
+			p.live = map[*session]struct{}{}
+			p.endedBytes = map[string]*[2]uint64{}
+		}
+		p.live[s] = struct{}{}
 		p.wg.Add(1)
 		p.open.Add(1)
 		if s.peer.Probe != nil {
@@ -209,6 +219,14 @@ func (p *Pooler) dropKey(s *session) {
 
 func (p *Pooler) unregister(s *session) {
 	p.mu.Lock()
+	delete(p.live, s)
+	b := p.endedBytes[s.peer.Transport]
+	if b == nil {
+		b = new([2]uint64)
+		p.endedBytes[s.peer.Transport] = b
+	}
+	b[0] += s.ctr.Received.Load()
+	b[1] += s.ctr.Sent.Load()
 	if p.sessions[s.pid] == s {
 		delete(p.sessions, s.pid)
 	}
