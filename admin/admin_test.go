@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"os/exec"
 	"slices"
 	"strings"
@@ -489,6 +490,9 @@ func TestShutdownCommand(t *testing.T) {
 func TestPsql(t *testing.T) {
 	psql, err := exec.LookPath("psql")
 	if err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("psql not installed (.ci/run installs postgresql-client)")
+		}
 		t.Skip("psql not installed")
 	}
 	h := newHarness(t, 2)

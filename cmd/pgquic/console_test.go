@@ -38,6 +38,9 @@ func psqlTable(ctx context.Context, t *testing.T, addr, user, sql string) ([]str
 	t.Helper()
 	psql, err := exec.LookPath("psql")
 	if err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("psql not installed (.ci/run installs postgresql-client)")
+		}
 		t.Skip("psql not installed")
 	}
 	host, port, _ := strings.Cut(addr, ":")
