@@ -1,0 +1,430 @@
+package benchtool
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"math"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/pgquic/pgquic/internal/pgtest"
+)
+
+// buildDir holds the pgquic binary the tests share; TestMain removes it.
+var (
+	buildDir  string
+	buildOnce sync.Once
+	buildErr  error
+	buildOut  []byte
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if buildDir != "" {
+		_ = os.RemoveAll(buildDir)
+	}
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintf(os.Stderr, "goleak: %v\n", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
+
+// lockedBuffer is a bytes.Buffer safe for the tool's writes and the test's
+// reads, with a hook called on every write.
+type lockedBuffer struct {
+	mu      sync.Mutex
+	b       bytes.Buffer
+	onWrite func(string)
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	n, err := l.b.Write(p)
+	s := l.b.String()
+	l.mu.Unlock()
+	if l.onWrite != nil {
+		l.onWrite(s)
+	}
+	return n, err
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// requireTools skips (fails under CI=true) without PostgreSQL or pgbench.
+func requireTools(t *testing.T) {
+	t.Helper()
+	if _, err := pgtest.Binaries(); err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("PostgreSQL is required under CI: %v", err)
+		}
+		t.Skipf("PostgreSQL not installed: %v", err)
+	}
+	if _, err := lookBin("pgbench"); err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("pgbench is required under CI (apt-get install postgresql-client)")
+		}
+		t.Skip("pgbench not installed")
+	}
+}
+
+// havePgBouncer reports whether PgBouncer is installed; under CI=true it
+// must be.
+func havePgBouncer(t *testing.T) bool {
+	t.Helper()
+	if _, err := lookBin("pgbouncer", "/usr/sbin/pgbouncer"); err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("PgBouncer is required under CI (apt-get install pgbouncer)")
+		}
+		return false
+	}
+	return true
+}
+
+// buildPgquic builds the pgquic binary once for every test, with the race
+// detector when this test has it, so the build reuses the packages
+// `go test -race` already compiled.
+func buildPgquic(t *testing.T) string {
+	t.Helper()
+	buildOnce.Do(func() {
+		goBin, err := exec.LookPath("go")
+		if err != nil {
+			goBin = filepath.Join(runtime.GOROOT(), "bin", "go")
+		}
+		if buildDir, buildErr = os.MkdirTemp("", "benchtool-test-"); buildErr != nil {
+			return
+		}
+		args := []string{"build", "-o", filepath.Join(buildDir, "pgquic")}
+		if raceEnabled {
+			args = append(args, "-race")
+		}
+		args = append(args, "github.com/pgquic/pgquic/cmd/pgquic")
+		buildOut, buildErr = exec.Command(goBin, args...).CombinedOutput()
+	})
+	if buildErr != nil {
+		t.Fatalf("go build pgquic: %v\n%s", buildErr, buildOut)
+	}
+	return filepath.Join(buildDir, "pgquic")
+}
+
+// TestQuickRun runs the tool end to end in quick mode, extended protocol,
+// 20 clients at saturation and at 2,000 q/s, against direct, pgquic,
+// pgquic without pipelining (when the binary has the flag) and PgBouncer
+// (when installed; required under CI), and checks that every column of
+// every run holds a plausible figure, the summary has its tables and every
+// process the tool started is gone afterwards.
+func TestQuickRun(t *testing.T) {
+	requireTools(t)
+	pgquic := buildPgquic(t)
+	pipeline, err := hasPipelineFlag(pgquic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// pgquic-nopipe is always asked for: without the flag the tool skips it.
+	args := []string{targetDirect, targetPgquic, targetNoPipe}
+	targets := []string{targetDirect, targetPgquic}
+	if pipeline {
+		targets = append(targets, targetNoPipe)
+	}
+	if havePgBouncer(t) {
+		args = append(args, targetBouncer)
+		targets = append(targets, targetBouncer)
+	}
+	out := t.TempDir()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	var stdout, stderr lockedBuffer
+	code := Main(ctx, []string{"--quick", "--duration", "2", "--pgquic", pgquic, "--modes", "extended",
+		"--clients", "20", "--rate", "2000", "--high-rate", "0", "--targets", strings.Join(args, ","),
+		"--out", out}, &stdout, &stderr)
+	if code != 0 {
+		t.Fatalf("exit code %d\nstdout:\n%s\nstderr:\n%s", code, stdout.String(), stderr.String())
+	}
+	text := stdout.String()
+	t.Log(text)
+
+	b, err := os.ReadFile(filepath.Join(out, "runs.tsv"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	if got := strings.Split(lines[0], "\t"); !slices.Equal(got, tsvColumns) {
+		t.Fatalf("TSV header %q, want %q", got, tsvColumns)
+	}
+	if want := 2 * len(targets); len(lines)-1 != want {
+		t.Fatalf("%d runs in the TSV, want %d (2 loads x %d targets)", len(lines)-1, want, len(targets))
+	}
+	seen := map[string]int{}
+	for _, line := range lines[1:] {
+		f := strings.Split(line, "\t")
+		if len(f) != len(tsvColumns) {
+			t.Fatalf("%d fields in %q", len(f), line)
+		}
+		col := map[string]string{}
+		for i, name := range tsvColumns {
+			col[name] = f[i]
+		}
+		target := col["target"]
+		seen[target]++
+		val := func(name string) float64 {
+			v, err := strconv.ParseFloat(col[name], 64)
+			if err != nil {
+				t.Fatalf("%s: column %s = %q: %v", target, name, col[name], err)
+			}
+			return v
+		}
+		positive := func(names ...string) {
+			for _, n := range names {
+				if v := val(n); !(v > 0) {
+					t.Errorf("%s, rate %s: %s = %v, want > 0", target, col["rate"], n, v)
+				}
+			}
+		}
+		if col["status"] != "ok" || col["failed"] != "0" || col["mode"] != "extended" || col["clients"] != "20" {
+			t.Errorf("run %q: want status ok, 0 failed, extended, 20 clients", line)
+		}
+		positive("tps", "transactions", "latency_ms", "postgres_cpu_us_per_q", "pgbench_cpu_us_per_q", "seconds")
+		if col["rate"] == "2000" {
+			if tps := val("tps"); tps < 1500 || tps > 2500 {
+				t.Errorf("%s at 2000 q/s ran %v tps", target, tps)
+			}
+		} else {
+			positive("busy_server_conns_max")
+		}
+		if v := val("busy_server_conns_max"); v > 20 || val("busy_server_conns_mean") > v {
+			t.Errorf("%s: busy mean %v max %v for 20 clients", target, val("busy_server_conns_mean"), v)
+		}
+		if target == targetDirect {
+			for _, n := range []string{"pooler_cpu_us_per_q", "pooler_rw_syscalls_per_q", "pooler_syscalls_per_q", "pooler_ctx_switches_per_q"} {
+				if col[n] != "NA" {
+					t.Errorf("direct: %s = %q, want NA", n, col[n])
+				}
+			}
+			continue
+		}
+		positive("pooler_cpu_us_per_q", "pooler_ctx_switches_per_q")
+		if target != targetBouncer {
+			// PgBouncer uses recv and send, which syscr/syscw leave out.
+			positive("pooler_rw_syscalls_per_q")
+		}
+		if col["pooler_syscalls_per_q"] != "NA" {
+			positive("pooler_syscalls_per_q")
+		}
+	}
+	for _, tg := range targets {
+		if seen[tg] != 2 {
+			t.Errorf("%d runs of %s, want 2", seen[tg], tg)
+		}
+	}
+
+	for _, want := range []string{
+		"medians over 1 round(s)",
+		"| mode | load | target | tps | failed | pooler µs/q | PostgreSQL µs/q | pgbench µs/q |",
+		"| extended | saturation, 20 clients | pgquic |",
+		"| extended | 2000 q/s, 20 clients | direct |",
+		"raw runs (TSV): " + filepath.Join(out, "runs.tsv"),
+	} {
+		if !strings.Contains(text, want) {
+			t.Errorf("output lacks %q", want)
+		}
+	}
+	if slices.Contains(targets, targetBouncer) {
+		if !regexp.MustCompile(`pgquic / pgbouncer: tps \d+\.\d\dx, pooler CPU per query \d+\.\d\dx`).MatchString(text) ||
+			!strings.Contains(text, "| extended | 2000 q/s, 20 clients | pgquic | ") {
+			t.Error("output lacks the pgquic / PgBouncer ratios")
+		}
+	}
+	if !pipeline && !strings.Contains(text, "pgquic-nopipe skipped") {
+		t.Error("no note that pgquic-nopipe was skipped")
+	}
+	md, err := os.ReadFile(filepath.Join(out, "summary.md"))
+	if err != nil || !strings.Contains(text, string(md)) {
+		t.Errorf("summary.md (%v) is not the printed Markdown", err)
+	}
+	assertGone(t, text)
+}
+
+// assertGone checks that the poolers and the postmaster whose pids the
+// header printed have exited.
+func assertGone(t *testing.T, text string) {
+	t.Helper()
+	pids := regexp.MustCompile(`pid (\d+)`).FindAllStringSubmatch(text, -1)
+	for _, m := range pids {
+		if _, err := os.Stat("/proc/" + m[1]); err == nil {
+			t.Errorf("pid %s still running after the tool returned", m[1])
+		}
+	}
+}
+
+// TestCancelStopsEverything cancels the run as soon as the first
+// measurement starts and checks that the tool returns promptly with an
+// error and leaves no pooler or PostgreSQL running.
+func TestCancelStopsEverything(t *testing.T) {
+	requireTools(t)
+	pgquic := buildPgquic(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var stdout, stderr lockedBuffer
+	var cancelled time.Time
+	stdout.onWrite = func(s string) {
+		if cancelled.IsZero() && strings.Contains(s, "round mode") {
+			cancelled = time.Now()
+			cancel()
+		}
+	}
+	start := time.Now()
+	code := Main(ctx, []string{"--quick", "--duration", "30", "--pgquic", pgquic, "--targets", "pgquic"},
+		&stdout, &stderr)
+	if code != 1 {
+		t.Fatalf("exit code %d, want 1\nstdout:\n%s\nstderr:\n%s", code, stdout.String(), stderr.String())
+	}
+	if cancelled.IsZero() {
+		t.Fatal("never cancelled")
+	}
+	t.Logf("set-up %v, returned %v after cancellation", cancelled.Sub(start), time.Since(cancelled))
+	if el := time.Since(cancelled); el > 20*time.Second {
+		t.Errorf("returned %v after cancellation", el)
+	}
+	if !strings.Contains(stderr.String(), "context canceled") {
+		t.Errorf("stderr %q, want the cancellation", stderr.String())
+	}
+	if !strings.Contains(stdout.String(), "postmaster pid") {
+		t.Fatalf("no PostgreSQL line in\n%s", stdout.String())
+	}
+	assertGone(t, stdout.String())
+}
+
+// TestBadArguments checks that bad flags give exit code 2 and a message.
+func TestBadArguments(t *testing.T) {
+	for _, args := range [][]string{
+		{"--modes", "extended,bogus"},
+		{"--targets", "direct,odyssey"},
+		{"--clients", "20 x"},
+		{"--rounds", "0"},
+		{"--clients", "", "--rate", "0", "--high-rate", "0"},
+		{"stray"},
+	} {
+		var stdout, stderr bytes.Buffer
+		if code := Main(context.Background(), args, &stdout, &stderr); code != 2 || stderr.Len() == 0 {
+			t.Errorf("%q: exit %d, stderr %q; want 2 and a message", args, code, stderr.String())
+		}
+	}
+	var stdout, stderr bytes.Buffer
+	if code := Main(context.Background(), []string{"--targets", "direct"}, &stdout, &stderr); code != 1 ||
+		!strings.Contains(stderr.String(), "--pgquic PATH is required") {
+		t.Errorf("no --pgquic: exit %d, stderr %q", code, stderr.String())
+	}
+	if code := Main(context.Background(), []string{"--help"}, &stdout, &stderr); code != 0 ||
+		!strings.Contains(stderr.String(), "-high-rate") {
+		t.Errorf("--help: exit %d", code)
+	}
+}
+
+func TestParsePgbench(t *testing.T) {
+	out := `pgbench (15.18 (Debian 15.18-0+deb12u1))
+transaction type: <builtin: select only>
+scaling factor: 1
+query mode: extended
+number of clients: 20
+number of threads: 2
+maximum number of tries: 1
+duration: 3 s
+number of transactions actually processed: 33519
+number of failed transactions: 2 (0.006%)
+latency average = 1.790 ms
+rate limit schedule lag: avg 0.1 (max 2.0) ms
+initial connection time = 21.514 ms
+tps = 11173.402841 (without initial connection time)
+`
+	r, err := parsePgbench(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.tps != 11173.402841 || r.txns != 33519 || r.failed != 2 || r.latencyMs != 1.79 {
+		t.Errorf("parsed %+v", r)
+	}
+	if _, err := parsePgbench("pgbench: error: connection to server failed\n"); err == nil {
+		t.Error("no error for output without tps")
+	}
+}
+
+func TestParseStraceAndPerf(t *testing.T) {
+	strace := `% time     seconds  usecs/call     calls    errors syscall
+------ ----------- ----------- --------- --------- ----------------
+ 55.10    0.100000          10     10000           write
+ 40.00    0.080000           8     12000      2000 read
+  4.90    0.009000           9      1000           epoll_pwait
+------ ----------- ----------- --------- --------- ----------------
+100.00    0.189000           8     23000      2000 total
+`
+	got := parseStrace(strace)
+	want := []straceRow{{"write", 10000}, {"read", 12000}, {"epoll_pwait", 1000}}
+	if !slices.Equal(got, want) {
+		t.Errorf("strace rows %v, want %v", got, want)
+	}
+	n, err := parsePerf("# started on ...\n\n123456,,raw_syscalls:sys_enter,2000000000,100.00,,\n")
+	if err != nil || n != 123456 {
+		t.Errorf("perf: %d, %v", n, err)
+	}
+	if _, err := parsePerf("<not counted>,,raw_syscalls:sys_enter,0,100.00,,\n"); err == nil {
+		t.Error("no error for an uncounted event")
+	}
+}
+
+// TestProcCounters checks the /proc readers on this test process: CPU
+// grows with work, and the counters are positive.
+func TestProcCounters(t *testing.T) {
+	pid := os.Getpid()
+	c0, err := readCounters(pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	x := 0.0
+	for i := 0; i < 20_000_000; i++ {
+		x += math.Sqrt(float64(i))
+	}
+	if _, err := os.ReadFile("/proc/self/stat"); err != nil {
+		t.Fatal(err)
+	}
+	c1, err := readCounters(pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c1.cpu <= c0.cpu || c1.rwCalls <= c0.rwCalls || c1.switches < c0.switches || x == 0 {
+		t.Errorf("counters did not grow: %+v then %+v", c0, c1)
+	}
+	st, err := readStat(pid)
+	if err != nil || st.ppid != os.Getppid() {
+		t.Errorf("stat %+v, %v; want ppid %d", st, err, os.Getppid())
+	}
+	kids, err := childPids(os.Getppid())
+	if err != nil || !slices.Contains(kids, pid) {
+		t.Errorf("children of %d: %v (%v), want %d among them", os.Getppid(), kids, err, pid)
+	}
+}
+
+func TestThousands(t *testing.T) {
+	for v, want := range map[float64]string{0: "0", 999: "999", 1000: "1,000", 27972.4: "27,972", 1234567: "1,234,567", math.NaN(): "-"} {
+		if got := thousands(v); got != want {
+			t.Errorf("thousands(%v) = %q, want %q", v, got, want)
+		}
+	}
+}

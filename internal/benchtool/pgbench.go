@@ -1,0 +1,91 @@
+package benchtool
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os/exec"
+	"regexp"
+	"strconv"
+	"syscall"
+	"time"
+)
+
+// pgbenchResult is what one pgbench run reported.
+type pgbenchResult struct {
+	tps       float64       // "tps = N (without initial connection time)"
+	txns      int64         // transactions actually processed
+	failed    int64         // failed transactions (PostgreSQL 15+ pgbench)
+	latencyMs float64       // average latency
+	cpu       time.Duration // pgbench's own user + system CPU
+	aborted   bool          // pgbench exited non-zero (clients aborted)
+	output    string        // stdout and stderr, for error messages
+}
+
+var (
+	reTPS     = regexp.MustCompile(`(?m)^tps = ([0-9.]+)`)
+	reTxns    = regexp.MustCompile(`(?m)^number of transactions actually processed: ([0-9]+)`)
+	reFailed  = regexp.MustCompile(`(?m)^number of failed transactions: ([0-9]+)`)
+	reLatency = regexp.MustCompile(`(?m)^latency average = ([0-9.]+) ms`)
+)
+
+// parsePgbench reads pgbench's summary. A missing tps line is an error; a
+// missing failed-transactions line (pgbench before 15) counts as none.
+func parsePgbench(out string) (pgbenchResult, error) {
+	r := pgbenchResult{output: out}
+	m := reTPS.FindStringSubmatch(out)
+	if m == nil {
+		return r, fmt.Errorf("pgbench printed no tps line")
+	}
+	r.tps, _ = strconv.ParseFloat(m[1], 64)
+	if m := reTxns.FindStringSubmatch(out); m != nil {
+		r.txns, _ = strconv.ParseInt(m[1], 10, 64)
+	}
+	if m := reFailed.FindStringSubmatch(out); m != nil {
+		r.failed, _ = strconv.ParseInt(m[1], 10, 64)
+	}
+	if m := reLatency.FindStringSubmatch(out); m != nil {
+		r.latencyMs, _ = strconv.ParseFloat(m[1], 64)
+	}
+	return r, nil
+}
+
+// pgbenchArgs builds a select-only run: -S, no vacuum, the query mode,
+// clients, threads, duration and, when rate > 0, a fixed rate.
+func pgbenchArgs(mode string, clients, jobs, rate, seconds, port int, db string) []string {
+	j := min(jobs, clients)
+	args := []string{"-S", "-n", "-M", mode, "-c", strconv.Itoa(clients), "-j", strconv.Itoa(j),
+		"-T", strconv.Itoa(seconds), "-h", "127.0.0.1", "-p", strconv.Itoa(port), "-U", "postgres"}
+	if rate > 0 {
+		args = append(args, "-R", strconv.Itoa(rate))
+	}
+	return append(args, db)
+}
+
+// runPgbench runs pgbench to completion and parses its summary. A run
+// whose clients aborted still returns what pgbench printed, marked aborted.
+func (e *env) runPgbench(ctx context.Context, args []string) (pgbenchResult, error) {
+	var out bytes.Buffer
+	cmd := exec.Command(e.cfg.PgbenchBin, args...)
+	cmd.Stdout, cmd.Stderr = &out, &out
+	cmd.Env = append(cmd.Environ(), "PGPASSWORD=postgres", "PGSSLMODE=disable")
+	c, err := e.spawn.start("pgbench", cmd, nil)
+	if err != nil {
+		return pgbenchResult{}, err
+	}
+	select {
+	case <-c.done:
+	case <-ctx.Done():
+		c.stop(syscall.SIGINT)
+		return pgbenchResult{}, ctx.Err()
+	}
+	r, perr := parsePgbench(out.String())
+	r.cpu = c.rusageCPU()
+	if c.err != nil {
+		r.aborted = true
+		if perr != nil {
+			return r, fmt.Errorf("pgbench %v: %w\n%s", args, c.err, tail(out.String(), 15))
+		}
+	}
+	return r, perr
+}

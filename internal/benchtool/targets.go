@@ -1,0 +1,238 @@
+package benchtool
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// Target names accepted by --targets.
+const (
+	targetDirect   = "direct"
+	targetPgquic   = "pgquic"
+	targetNoPipe   = "pgquic-nopipe"
+	targetBouncer  = "pgbouncer"
+	pipelineFlag   = "pipeline-depth"
+	serveReadyWait = 30 * time.Second
+)
+
+// allTargets is the default --targets, in the order runs interleave.
+var allTargets = []string{targetDirect, targetPgquic, targetNoPipe, targetBouncer}
+
+// target is one place pgbench connects to: PostgreSQL itself or a pooler
+// process in front of it.
+type target struct {
+	name  string
+	port  int
+	proc  *child            // nil for direct
+	pid   func() int        // the pooler process to measure; nil for direct
+	skip  map[string]string // query mode -> why this target cannot run it
+	flags string            // how the pooler was started, for the report
+}
+
+// freePort asks the kernel for a free loopback TCP port.
+func freePort() (int, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, fmt.Errorf("find a free port: %w", err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port, nil
+}
+
+// hasPipelineFlag reports whether `pgquic serve --help` lists
+// --pipeline-depth, the switch for cross-client pipelining.
+func hasPipelineFlag(bin string) (bool, error) {
+	out, err := exec.Command(bin, "serve", "--help").CombinedOutput()
+	if len(out) == 0 && err != nil {
+		return false, fmt.Errorf("%s serve --help: %w", bin, err)
+	}
+	return bytes.Contains(out, []byte("-"+pipelineFlag)), nil
+}
+
+// startPgquic runs `pgquic serve` in transaction mode on a free port with
+// only the TCP front, in front of the bench database's server.
+func (e *env) startPgquic(ctx context.Context, name string, extra []string) (*target, error) {
+	port, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	backend := fmt.Sprintf("postgres://postgres:postgres@127.0.0.1:%d/%s?sslmode=disable", e.cluster.Port, benchDB)
+	args := []string{"serve", "--backend", backend,
+		"--tcp-listen", fmt.Sprintf("127.0.0.1:%d", port), "--quic-listen", "", "--metrics-listen", "",
+		"--pool-size", strconv.Itoa(e.cfg.Pool), "--min-pool", strconv.Itoa(e.cfg.Pool),
+		"--mode", "transaction", "--log-level", "warn"}
+	args = append(args, extra...)
+	logf, err := os.Create(filepath.Join(e.workDir, name+".log"))
+	if err != nil {
+		return nil, err
+	}
+	defer logf.Close()
+	cmd := exec.Command(e.cfg.PgquicBin, args...)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	c, err := e.spawn.start(name, cmd, nil)
+	if err != nil {
+		return nil, err
+	}
+	e.children = append(e.children, c)
+	t := &target{name: name, port: port, proc: c, pid: c.pid,
+		flags: strings.Join(append([]string{"--pool-size", strconv.Itoa(e.cfg.Pool)}, extra...), " ")}
+	if err := e.waitServing(ctx, t, logf.Name()); err != nil {
+		return nil, err
+	}
+	return t, nil
+}
+
+// pgbouncerVersion parses `pgbouncer --version`, e.g. "PgBouncer 1.18.0".
+func pgbouncerVersion(bin string) (string, [2]int, error) {
+	out, err := exec.Command(bin, "--version").CombinedOutput()
+	if err != nil {
+		return "", [2]int{}, fmt.Errorf("%s --version: %w", bin, err)
+	}
+	m := regexp.MustCompile(`PgBouncer (\d+)\.(\d+)[.0-9]*`).FindSubmatch(out)
+	if m == nil {
+		return "", [2]int{}, fmt.Errorf("%s --version: unexpected output %q", bin, out)
+	}
+	maj, _ := strconv.Atoi(string(m[1]))
+	mnr, _ := strconv.Atoi(string(m[2]))
+	return string(m[0]), [2]int{maj, mnr}, nil
+}
+
+// startPgBouncer runs PgBouncer in transaction mode with the same pool
+// size. As root it runs as the postgres user, since PgBouncer refuses root.
+// PgBouncer before 1.21 cannot keep protocol-level prepared statements in
+// transaction mode, so -M prepared is skipped for it.
+func (e *env) startPgBouncer(ctx context.Context) (*target, error) {
+	port, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	dir := filepath.Join(e.workDir, "pgbouncer")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		return nil, err
+	}
+	extra := ""
+	skip := map[string]string{}
+	if v := e.bouncerVer; v[0] > 1 || v[0] == 1 && v[1] >= 21 {
+		extra = "max_prepared_statements = 200\n"
+	} else {
+		skip["prepared"] = fmt.Sprintf("%s keeps no prepared statements in transaction mode (1.21+ does)", e.bouncerName)
+	}
+	ini := fmt.Sprintf(`[databases]
+%[1]s = host=127.0.0.1 port=%[2]d dbname=%[1]s
+
+[pgbouncer]
+listen_addr = 127.0.0.1
+listen_port = %[3]d
+unix_socket_dir =
+auth_type = trust
+auth_file = %[4]s/userlist.txt
+pool_mode = transaction
+default_pool_size = %[5]d
+min_pool_size = %[5]d
+max_client_conn = 5000
+ignore_startup_parameters = extra_float_digits
+logfile = %[4]s/pgbouncer.log
+%[6]s`, benchDB, e.cluster.Port, port, dir, e.cfg.Pool, extra)
+	for name, body := range map[string]string{
+		"pgbouncer.ini": ini,
+		"userlist.txt":  "\"postgres\" \"\"\n",
+	} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o644); err != nil {
+			return nil, err
+		}
+	}
+	var cred *syscall.Credential
+	if os.Geteuid() == 0 {
+		u, err := user.Lookup("postgres")
+		if err != nil {
+			return nil, fmt.Errorf("running as root, PgBouncer needs the postgres user: %w", err)
+		}
+		uid, _ := strconv.Atoi(u.Uid)
+		gid, _ := strconv.Atoi(u.Gid)
+		cred = &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}
+		if err := os.Chown(dir, uid, gid); err != nil {
+			return nil, err
+		}
+	}
+	cmd := exec.Command(e.cfg.PgbouncerBin, filepath.Join(dir, "pgbouncer.ini"))
+	c, err := e.spawn.start(targetBouncer, cmd, cred)
+	if err != nil {
+		return nil, err
+	}
+	e.children = append(e.children, c)
+	t := &target{name: targetBouncer, port: port, proc: c, pid: c.pid, skip: skip,
+		flags: fmt.Sprintf("pool_mode = transaction, default_pool_size = %d", e.cfg.Pool)}
+	if err := e.waitServing(ctx, t, filepath.Join(dir, "pgbouncer.log")); err != nil {
+		return nil, err
+	}
+	return t, nil
+}
+
+// waitServing polls until a query through the target works, the process
+// exits or serveReadyWait passes; errors carry the end of its log.
+func (e *env) waitServing(ctx context.Context, t *target, logPath string) error {
+	url := fmt.Sprintf("postgres://postgres:postgres@127.0.0.1:%d/%s?sslmode=disable", t.port, benchDB)
+	deadline := time.Now().Add(serveReadyWait)
+	var lastErr error
+	for {
+		if t.proc.exited() {
+			b, _ := os.ReadFile(logPath)
+			return fmt.Errorf("%s exited at start: %v\n%s", t.name, t.proc.err, tail(string(b), 15))
+		}
+		qctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		conn, err := pgconn.Connect(qctx, url)
+		if err == nil {
+			_, err = conn.Exec(qctx, "SELECT 1").ReadAll()
+			conn.Close(qctx)
+		}
+		cancel()
+		if err == nil {
+			return nil
+		}
+		lastErr = err
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if time.Now().After(deadline) {
+			b, _ := os.ReadFile(logPath)
+			return fmt.Errorf("%s not serving after %v: %w\n%s", t.name, serveReadyWait, lastErr, tail(string(b), 15))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// lookBin finds a program on PATH or at one of the fallback paths.
+func lookBin(name string, fallbacks ...string) (string, error) {
+	if p, err := exec.LookPath(name); err == nil {
+		return p, nil
+	}
+	for _, f := range fallbacks {
+		if st, err := os.Stat(f); err == nil && !st.IsDir() && st.Mode()&0o111 != 0 {
+			return f, nil
+		}
+	}
+	return "", errors.New(name + " not found")
+}
+
+// tail returns the last n lines of s.
+func tail(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
