@@ -152,7 +152,7 @@ func TestQuickRun(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	var stdout, stderr lockedBuffer
-	code := Main(ctx, []string{"--quick", "--duration", "2", "--pgquic", pgquic, "--modes", "extended",
+	code := Main(ctx, []string{"--quick", "--duration", "1", "--pgquic", pgquic, "--modes", "extended",
 		"--clients", "20", "--rate", "2000", "--high-rate", "0", "--targets", strings.Join(args, ","),
 		"--out", out}, &stdout, &stderr)
 	if code != 0 {
@@ -363,6 +363,9 @@ tps = 11173.402841 (without initial connection time)
 	}
 	if _, err := parsePgbench("pgbench: error: connection to server failed\n"); err == nil {
 		t.Error("no error for output without tps")
+	}
+	if r, err := parsePgbench("number of transactions actually processed: 0\nnumber of failed transactions: 0 (NaN%)\n"); err != nil || r.tps != 0 {
+		t.Errorf("nothing completed: %+v, %v; want tps 0 and no error", r, err)
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"regexp"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 )
@@ -29,17 +30,23 @@ var (
 	reLatency = regexp.MustCompile(`(?m)^latency average = ([0-9.]+) ms`)
 )
 
-// parsePgbench reads pgbench's summary. A missing tps line is an error; a
-// missing failed-transactions line (pgbench before 15) counts as none.
+// parsePgbench reads pgbench's summary. A missing tps line is an error
+// unless no transaction completed; a missing failed-transactions line
+// (pgbench before 15) counts as none.
 func parsePgbench(out string) (pgbenchResult, error) {
 	r := pgbenchResult{output: out}
-	m := reTPS.FindStringSubmatch(out)
-	if m == nil {
-		return r, fmt.Errorf("pgbench printed no tps line")
+	txns := reTxns.FindStringSubmatch(out)
+	if txns != nil {
+		r.txns, _ = strconv.ParseInt(txns[1], 10, 64)
 	}
-	r.tps, _ = strconv.ParseFloat(m[1], 64)
-	if m := reTxns.FindStringSubmatch(out); m != nil {
-		r.txns, _ = strconv.ParseInt(m[1], 10, 64)
+	m := reTPS.FindStringSubmatch(out)
+	switch {
+	case m != nil:
+		r.tps, _ = strconv.ParseFloat(m[1], 64)
+	case txns == nil || r.txns > 0:
+		// pgbench prints no tps when nothing completed (all the time went
+		// into connecting); anything else without it is an error.
+		return r, fmt.Errorf("pgbench printed no tps line")
 	}
 	if m := reFailed.FindStringSubmatch(out); m != nil {
 		r.failed, _ = strconv.ParseInt(m[1], 10, 64)
@@ -81,11 +88,9 @@ func (e *env) runPgbench(ctx context.Context, args []string) (pgbenchResult, err
 	}
 	r, perr := parsePgbench(out.String())
 	r.cpu = c.rusageCPU()
-	if c.err != nil {
-		r.aborted = true
-		if perr != nil {
-			return r, fmt.Errorf("pgbench %v: %w\n%s", args, c.err, tail(out.String(), 15))
-		}
+	r.aborted = c.err != nil
+	if perr != nil {
+		return r, fmt.Errorf("pgbench %s: %w (exit: %v)\n%s", strings.Join(args, " "), perr, c.err, tail(out.String(), 15))
 	}
-	return r, perr
+	return r, nil
 }

@@ -82,7 +82,11 @@ func printRow(w io.Writer, r runRow) {
 	if r.status != "ok" {
 		status = "  (" + r.status + ")"
 	}
-	fmt.Fprintf(w, strings.TrimSuffix(rowFormat, "\n")+"%s\n", strconv.Itoa(r.round), r.mode,
+	round := strconv.Itoa(r.round)
+	if r.round == 0 {
+		round = "med"
+	}
+	fmt.Fprintf(w, strings.TrimSuffix(rowFormat, "\n")+"%s\n", round, r.mode,
 		load{r.clients, r.rate}.String(), r.target, dash(r.tps, 0), strconv.FormatInt(r.failed, 10),
 		dash(r.poolerUs, 1), dash(r.pgUs, 1), dash(r.pgbenchUs, 1), dash(r.rwSys, 2), dash(r.sys, 2),
 		dash(r.ctxsw, 2), fmt.Sprintf("%.1f/%d", r.busyMean, r.busyMax), status)

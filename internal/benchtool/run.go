@@ -332,7 +332,7 @@ func (e *env) measure(ctx context.Context, round int, mode string, ld load, t *t
 	res, berr := e.runPgbench(ctx, pgbenchArgs(mode, ld.clients, e.cfg.Jobs, ld.rate, e.cfg.Seconds, t.port, benchDB))
 	row.seconds = time.Since(start).Seconds()
 	busy, serr := smp.stop()
-	if berr != nil && !res.aborted || ctx.Err() != nil {
+	if berr != nil || ctx.Err() != nil {
 		return row, errors.Join(berr, ctx.Err())
 	}
 	if serr != nil {
@@ -362,8 +362,13 @@ func (e *env) measure(ctx context.Context, round int, mode string, ld load, t *t
 	}
 
 	row.status = "ok"
+	if res.txns == 0 {
+		row.status = "no-transactions"
+		fmt.Fprintf(e.w, "no transaction completed through %s in %d s (connecting took the whole run?): lengthen --duration\n", t.name, e.cfg.Seconds)
+	}
 	if res.aborted {
 		row.status = "aborted"
+		fmt.Fprintf(e.w, "pgbench through %s exited with an error:\n%s\n", t.name, tail(res.output, 4))
 	}
 	row.tps, row.txns, row.failed, row.latencyMs = res.tps, res.txns, res.failed, res.latencyMs
 	row.pgUs = perQuery(float64((pg1 - pg0).Microseconds()), res.txns)
