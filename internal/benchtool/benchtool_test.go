@@ -203,8 +203,9 @@ func TestQuickRun(t *testing.T) {
 		}
 		positive("tps", "transactions", "latency_ms", "postgres_cpu_us_per_q", "pgbench_cpu_us_per_q", "seconds")
 		if col["rate"] == "2000" {
-			if tps := val("tps"); tps < 1500 || tps > 2500 {
-				t.Errorf("%s at 2000 q/s ran %v tps", target, tps)
+			// Only the cap is sure: a busy machine may fall short of it.
+			if tps := val("tps"); tps > 2500 {
+				t.Errorf("%s at 2000 q/s ran %v tps: no rate limit", target, tps)
 			}
 		} else {
 			positive("busy_server_conns_max")

@@ -14,6 +14,9 @@ import (
 	"time"
 )
 
+// straceTop is how many system calls the strace summary lists by name.
+const straceTop = 10
+
 // straceReport is the system-call table of one traced run.
 type straceReport struct {
 	target string
@@ -32,8 +35,16 @@ func (s straceReport) print(w io.Writer) {
 		total += r.calls
 	}
 	fmt.Fprintf(w, "  %-20s %10s %10s\n", "syscall", "calls", "per query")
-	for _, r := range s.rows {
+	var rest int64
+	for i, r := range s.rows {
+		if i >= straceTop {
+			rest += r.calls
+			continue
+		}
 		fmt.Fprintf(w, "  %-20s %10d %10s\n", r.name, r.calls, dash(perQuery(float64(r.calls), s.txns), 3))
+	}
+	if rest > 0 {
+		fmt.Fprintf(w, "  %-20s %10d %10s\n", "(others)", rest, dash(perQuery(float64(rest), s.txns), 3))
 	}
 	fmt.Fprintf(w, "  %-20s %10d %10s\n", "total", total, dash(perQuery(float64(total), s.txns), 3))
 }
