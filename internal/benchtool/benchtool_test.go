@@ -249,7 +249,7 @@ func TestQuickRun(t *testing.T) {
 	}
 	if slices.Contains(targets, targetBouncer) {
 		if !regexp.MustCompile(`pgquic / pgbouncer: tps \d+\.\d\dx, pooler CPU per query \d+\.\d\dx`).MatchString(text) ||
-			!strings.Contains(text, "| extended | 2000 q/s, 20 clients | pgquic | ") {
+			!strings.Contains(text, "| extended | 2000 q/s, 20 clients | pgquic / pgbouncer | ") {
 			t.Error("output lacks the pgquic / PgBouncer ratios")
 		}
 	}

@@ -171,10 +171,14 @@ func ratio(a, b float64) float64 {
 	return a / b
 }
 
-// ratioLine compares one pgquic target's medians with PgBouncer's.
+// ratioPairs are the comparisons printed per (mode, load): each pgquic
+// target against PgBouncer, and pipelining on against off.
+var ratioPairs = [][2]string{{targetPgquic, targetBouncer}, {targetNoPipe, targetBouncer}, {targetPgquic, targetNoPipe}}
+
+// ratioLine compares two targets' medians.
 func ratioLine(q, b runRow) string {
-	return fmt.Sprintf("%s / pgbouncer: tps %sx, pooler CPU per query %sx, pooler+PostgreSQL CPU per query %sx",
-		q.target, dash(ratio(q.tps, b.tps), 2), dash(ratio(q.poolerUs, b.poolerUs), 2),
+	return fmt.Sprintf("%s / %s: tps %sx, pooler CPU per query %sx, pooler+PostgreSQL CPU per query %sx",
+		q.target, b.target, dash(ratio(q.tps, b.tps), 2), dash(ratio(q.poolerUs, b.poolerUs), 2),
 		dash(ratio(q.poolerUs+q.pgUs, b.poolerUs+b.pgUs), 2))
 }
 
@@ -226,15 +230,13 @@ func (e *env) report(rows []runRow, traces []straceReport) error {
 	return nil
 }
 
-// printRatios prints the pgquic/PgBouncer ratios of one (mode, load).
+// printRatios prints the ratios of one (mode, load).
 func (e *env) printRatios(med map[string]runRow, mode string, ld load, key func(string, load, string) string) {
-	b, ok := med[key(mode, ld, targetBouncer)]
-	if !ok {
-		return
-	}
-	for _, q := range []string{targetPgquic, targetNoPipe} {
-		if m, ok := med[key(mode, ld, q)]; ok {
-			fmt.Fprintf(e.w, "      %s\n", ratioLine(m, b))
+	for _, p := range ratioPairs {
+		a, okA := med[key(mode, ld, p[0])]
+		b, okB := med[key(mode, ld, p[1])]
+		if okA && okB {
+			fmt.Fprintf(e.w, "      %s\n", ratioLine(a, b))
 		}
 	}
 }
@@ -290,22 +292,19 @@ func (e *env) markdown(groups []group, med map[string]runRow, key func(string, l
 			continue
 		}
 		seen[k] = true
-		bm, ok := med[key(g.mode, g.ld, targetBouncer)]
-		if !ok {
-			continue
-		}
-		for _, q := range []string{targetPgquic, targetNoPipe} {
-			m, ok := med[key(g.mode, g.ld, q)]
-			if !ok {
+		for _, p := range ratioPairs {
+			m, okA := med[key(g.mode, g.ld, p[0])]
+			bm, okB := med[key(g.mode, g.ld, p[1])]
+			if !okA || !okB {
 				continue
 			}
-			ratios = append(ratios, fmt.Sprintf("| %s | %s | %s | %sx | %sx | %sx |", g.mode, g.ld, q,
+			ratios = append(ratios, fmt.Sprintf("| %s | %s | %s / %s | %sx | %sx | %sx |", g.mode, g.ld, p[0], p[1],
 				dash(ratio(m.tps, bm.tps), 2), dash(ratio(m.poolerUs, bm.poolerUs), 2),
 				dash(ratio(m.poolerUs+m.pgUs, bm.poolerUs+bm.pgUs), 2)))
 		}
 	}
 	if len(ratios) > 0 {
-		b.WriteString("\n| mode | load | pooler | tps / PgBouncer | pooler CPU per query / PgBouncer | pooler+PostgreSQL CPU per query / PgBouncer |\n")
+		b.WriteString("\n| mode | load | ratio | tps | pooler CPU per query | pooler+PostgreSQL CPU per query |\n")
 		b.WriteString("|---|---|---|---:|---:|---:|\n")
 		b.WriteString(strings.Join(ratios, "\n") + "\n")
 	}
