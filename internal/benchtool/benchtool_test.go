@@ -333,6 +333,19 @@ func TestBadArguments(t *testing.T) {
 		!strings.Contains(stderr.String(), "--pgquic PATH is required") {
 		t.Errorf("no --pgquic: exit %d, stderr %q", code, stderr.String())
 	}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--pgquic", "/nonexistent/pgquic"}, "--pgquic: stat /nonexistent/pgquic"},
+		{[]string{"--pgquic", "/bin/true", "--pgbench", "/nonexistent/pgbench", "--targets", "direct"}, "/nonexistent/pgbench --version"},
+		{[]string{"--pgquic", "/bin/true", "--pgbench", "/bin/true", "--pgbouncer", "/nonexistent/pgbouncer", "--targets", "pgbouncer"}, "/nonexistent/pgbouncer --version"},
+	} {
+		stderr.Reset()
+		if code := Main(context.Background(), c.args, &stdout, &stderr); code != 1 || !strings.Contains(stderr.String(), c.want) {
+			t.Errorf("%q: exit %d, stderr %q; want 1 and %q", c.args, code, stderr.String(), c.want)
+		}
+	}
 	if code := Main(context.Background(), []string{"--help"}, &stdout, &stderr); code != 0 ||
 		!strings.Contains(stderr.String(), "-high-rate") {
 		t.Errorf("--help: exit %d", code)

@@ -131,15 +131,17 @@ func (e *env) prerequisites() error {
 	if _, err := os.Stat(c.PgquicBin); err != nil {
 		return fmt.Errorf("--pgquic: %w", err)
 	}
-	if _, err := pgcluster.Binaries(); err != nil {
-		return fmt.Errorf("PostgreSQL server binaries not found (apt-get install postgresql, or set PGTEST_BINDIR): %w", err)
-	}
 	var err error
 	if c.PgbenchBin == "" {
 		if c.PgbenchBin, err = lookBin("pgbench"); err != nil {
 			return errors.New("pgbench not found (apt-get install postgresql-client)")
 		}
 	}
+	out, err := exec.Command(c.PgbenchBin, "--version").Output()
+	if err != nil {
+		return fmt.Errorf("%s --version: %w", c.PgbenchBin, err)
+	}
+	e.info.pgbench = strings.TrimSpace(string(out))
 	if slices.Contains(c.Targets, targetBouncer) {
 		if c.PgbouncerBin == "" {
 			if c.PgbouncerBin, err = lookBin("pgbouncer", "/usr/sbin/pgbouncer"); err != nil {
@@ -150,6 +152,9 @@ func (e *env) prerequisites() error {
 			return err
 		}
 	}
+	if _, err := pgcluster.Binaries(); err != nil {
+		return fmt.Errorf("PostgreSQL server binaries not found (apt-get install postgresql, or set PGTEST_BINDIR): %w", err)
+	}
 	if slices.Contains(c.Targets, targetNoPipe) {
 		ok, err := hasPipelineFlag(c.PgquicBin)
 		if err != nil {
@@ -158,6 +163,9 @@ func (e *env) prerequisites() error {
 		if !ok {
 			e.notes = append(e.notes, "pgquic-nopipe skipped: this pgquic has no `serve --pipeline-depth` flag")
 			c.Targets = slices.DeleteFunc(c.Targets, func(s string) bool { return s == targetNoPipe })
+			if len(c.Targets) == 0 {
+				return errors.New("no target left: this pgquic has no `serve --pipeline-depth` flag for pgquic-nopipe")
+			}
 		}
 	}
 	if !c.NoPerf {
@@ -176,15 +184,12 @@ func (e *env) prerequisites() error {
 // monitor, starts the poolers and warms every target up.
 func (e *env) setUp(ctx context.Context) error {
 	var err error
-	e.info = envInfo{date: time.Now().UTC().Format("2006-01-02 15:04 UTC"), kernel: kernelRelease(),
-		cpus: runtime.NumCPU(), loadStart: loadAvg(), bouncer: e.bouncerName}
+	e.info.date, e.info.kernel = time.Now().UTC().Format("2006-01-02 15:04 UTC"), kernelRelease()
+	e.info.cpus, e.info.loadStart, e.info.bouncer = runtime.NumCPU(), loadAvg(), e.bouncerName
 	if bi, err := buildinfo.ReadFile(e.cfg.PgquicBin); err == nil {
 		e.info.goVersion = bi.GoVersion
 	} else {
 		e.info.goVersion = runtime.Version()
-	}
-	if out, err := exec.Command(e.cfg.PgbenchBin, "--version").Output(); err == nil {
-		e.info.pgbench = strings.TrimSpace(string(out))
 	}
 	fmt.Fprintf(e.w, "starting PostgreSQL...\n")
 	e.cluster, err = pgcluster.Start(ctx, pgcluster.Options{Settings: map[string]string{
