@@ -93,6 +93,26 @@ func (m *monitor) waitBackendsAtMost(ctx context.Context, n int, timeout time.Du
 	}
 }
 
+// waitBackendsAtLeast polls until the bench database has at least n client
+// backends (a direct run's clients have all connected), done is closed or
+// the timeout passes.
+func (m *monitor) waitBackendsAtLeast(ctx context.Context, n int, timeout time.Duration, done <-chan struct{}) {
+	deadline := time.Now().Add(timeout)
+	for time.Now().Before(deadline) {
+		_, total, err := m.counts(ctx)
+		if err != nil || total >= n {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-done:
+			return
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
+
 // busyStats summarises the busy-connection samples of one run.
 type busyStats struct {
 	mean    float64

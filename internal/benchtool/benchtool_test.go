@@ -201,7 +201,7 @@ func TestQuickRun(t *testing.T) {
 		if col["status"] != "ok" || col["failed"] != "0" || col["mode"] != "extended" || col["clients"] != "20" {
 			t.Errorf("run %q: want status ok, 0 failed, extended, 20 clients", line)
 		}
-		positive("tps", "transactions", "latency_ms", "postgres_cpu_us_per_q", "pgbench_cpu_us_per_q", "seconds")
+		positive("tps", "transactions", "latency_ms", "connect_ms", "postgres_cpu_us_per_q", "pgbench_cpu_us_per_q", "seconds")
 		if col["rate"] == "2000" {
 			// Only the cap is sure: a busy machine may fall short of it.
 			if tps := val("tps"); tps > 2500 {

@@ -18,6 +18,7 @@ type pgbenchResult struct {
 	txns      int64         // transactions actually processed
 	failed    int64         // failed transactions (PostgreSQL 15+ pgbench)
 	latencyMs float64       // average latency
+	connectMs float64       // initial connection time
 	cpu       time.Duration // pgbench's own user + system CPU
 	aborted   bool          // pgbench exited non-zero (clients aborted)
 	output    string        // stdout and stderr, for error messages
@@ -28,6 +29,7 @@ var (
 	reTxns    = regexp.MustCompile(`(?m)^number of transactions actually processed: ([0-9]+)`)
 	reFailed  = regexp.MustCompile(`(?m)^number of failed transactions: ([0-9]+)`)
 	reLatency = regexp.MustCompile(`(?m)^latency average = ([0-9.]+) ms`)
+	reConnect = regexp.MustCompile(`(?m)^initial connection time = ([0-9.]+) ms`)
 )
 
 // parsePgbench reads pgbench's summary. A missing tps line is an error
@@ -54,6 +56,9 @@ func parsePgbench(out string) (pgbenchResult, error) {
 	if m := reLatency.FindStringSubmatch(out); m != nil {
 		r.latencyMs, _ = strconv.ParseFloat(m[1], 64)
 	}
+	if m := reConnect.FindStringSubmatch(out); m != nil {
+		r.connectMs, _ = strconv.ParseFloat(m[1], 64)
+	}
 	return r, nil
 }
 
@@ -69,28 +74,49 @@ func pgbenchArgs(mode string, clients, jobs, rate, seconds, port int, db string)
 	return append(args, db)
 }
 
-// runPgbench runs pgbench to completion and parses its summary. A run
-// whose clients aborted still returns what pgbench printed, marked aborted.
-func (e *env) runPgbench(ctx context.Context, args []string) (pgbenchResult, error) {
-	var out bytes.Buffer
+// pgbenchRun is a pgbench started but not yet waited for.
+type pgbenchRun struct {
+	args []string
+	out  *bytes.Buffer // written by exec until the process is waited for
+	c    *child
+}
+
+// startPgbench starts pgbench with args.
+func (e *env) startPgbench(args []string) (*pgbenchRun, error) {
+	out := &bytes.Buffer{}
 	cmd := exec.Command(e.cfg.PgbenchBin, args...)
-	cmd.Stdout, cmd.Stderr = &out, &out
+	cmd.Stdout, cmd.Stderr = out, out
 	cmd.Env = append(cmd.Environ(), "PGPASSWORD=postgres", "PGSSLMODE=disable")
 	c, err := e.spawn.start("pgbench", cmd, nil)
 	if err != nil {
-		return pgbenchResult{}, err
+		return nil, err
 	}
+	return &pgbenchRun{args: args, out: out, c: c}, nil
+}
+
+// wait waits for pgbench to end and parses its summary. A run whose
+// clients aborted still returns what pgbench printed, marked aborted.
+func (p *pgbenchRun) wait(ctx context.Context) (pgbenchResult, error) {
 	select {
-	case <-c.done:
+	case <-p.c.done:
 	case <-ctx.Done():
-		c.stop(syscall.SIGINT)
+		p.c.stop(syscall.SIGINT)
 		return pgbenchResult{}, ctx.Err()
 	}
-	r, perr := parsePgbench(out.String())
-	r.cpu = c.rusageCPU()
-	r.aborted = c.err != nil
+	r, perr := parsePgbench(p.out.String())
+	r.cpu = p.c.rusageCPU()
+	r.aborted = p.c.err != nil
 	if perr != nil {
-		return r, fmt.Errorf("pgbench %s: %w (exit: %v)\n%s", strings.Join(args, " "), perr, c.err, tail(out.String(), 15))
+		return r, fmt.Errorf("pgbench %s: %w (exit: %v)\n%s", strings.Join(p.args, " "), perr, p.c.err, tail(p.out.String(), 15))
 	}
 	return r, nil
+}
+
+// runPgbench runs pgbench to completion and parses its summary.
+func (e *env) runPgbench(ctx context.Context, args []string) (pgbenchResult, error) {
+	p, err := e.startPgbench(args)
+	if err != nil {
+		return pgbenchResult{}, err
+	}
+	return p.wait(ctx)
 }

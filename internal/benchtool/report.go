@@ -6,6 +6,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -22,6 +23,7 @@ type runRow struct {
 	tps           float64
 	txns, failed  int64
 	latencyMs     float64
+	connectMs     float64 // pgbench's initial connection time
 	poolerUs      float64 // pooler CPU microseconds per query
 	pgUs          float64 // all PostgreSQL server processes' CPU per query
 	pgbenchUs     float64 // pgbench's CPU per query
@@ -35,14 +37,14 @@ type runRow struct {
 
 // tsvColumns name the TSV's columns, in order; the test checks them.
 var tsvColumns = []string{"round", "mode", "clients", "rate", "target", "status", "tps", "transactions",
-	"failed", "latency_ms", "pooler_cpu_us_per_q", "postgres_cpu_us_per_q", "pgbench_cpu_us_per_q",
+	"failed", "latency_ms", "connect_ms", "pooler_cpu_us_per_q", "postgres_cpu_us_per_q", "pgbench_cpu_us_per_q",
 	"pooler_rw_syscalls_per_q", "pooler_syscalls_per_q", "pooler_ctx_switches_per_q",
 	"busy_server_conns_mean", "busy_server_conns_max", "seconds"}
 
 // tsvLine formats a row; NaN is written as NA.
 func (r runRow) tsvLine() string {
 	f := []string{strconv.Itoa(r.round), r.mode, strconv.Itoa(r.clients), strconv.Itoa(r.rate), r.target, r.status,
-		num(r.tps, 1), strconv.FormatInt(r.txns, 10), strconv.FormatInt(r.failed, 10), num(r.latencyMs, 3),
+		num(r.tps, 1), strconv.FormatInt(r.txns, 10), strconv.FormatInt(r.failed, 10), num(r.latencyMs, 3), num(r.connectMs, 1),
 		num(r.poolerUs, 2), num(r.pgUs, 2), num(r.pgbenchUs, 2), num(r.rwSys, 3), num(r.sys, 3), num(r.ctxsw, 3),
 		num(r.busyMean, 2), strconv.Itoa(r.busyMax), num(r.seconds, 2)}
 	return strings.Join(f, "\t")
@@ -124,6 +126,7 @@ func (g group) medians() runRow {
 	m := runRow{mode: g.mode, clients: g.ld.clients, rate: g.ld.rate, target: g.target, status: "ok"}
 	m.tps = g.median(func(r runRow) float64 { return r.tps })
 	m.latencyMs = g.median(func(r runRow) float64 { return r.latencyMs })
+	m.connectMs = g.median(func(r runRow) float64 { return r.connectMs })
 	m.poolerUs = g.median(func(r runRow) float64 { return r.poolerUs })
 	m.pgUs = g.median(func(r runRow) float64 { return r.pgUs })
 	m.pgbenchUs = g.median(func(r runRow) float64 { return r.pgbenchUs })
@@ -308,9 +311,22 @@ func (e *env) markdown(groups []group, med map[string]runRow, key func(string, l
 		b.WriteString("|---|---|---|---:|---:|---:|\n")
 		b.WriteString(strings.Join(ratios, "\n") + "\n")
 	}
-	if len(e.notes) > 0 {
+	notes := slices.Clone(e.notes)
+	for _, g := range groups {
+		empty := 0
+		for _, r := range g.rows {
+			if r.txns == 0 {
+				empty++
+			}
+		}
+		if empty > 0 {
+			notes = append(notes, fmt.Sprintf("%s, -M %s, %s: %d of %d runs completed no transaction in %d s "+
+				"(connecting took the whole run): lengthen --duration", g.target, g.mode, g.ld, empty, len(g.rows), e.cfg.Seconds))
+		}
+	}
+	if len(notes) > 0 {
 		b.WriteString("\n")
-		for _, n := range e.notes {
+		for _, n := range notes {
 			fmt.Fprintf(&b, "- %s\n", n)
 		}
 	}

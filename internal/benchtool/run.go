@@ -334,7 +334,24 @@ func (e *env) measure(ctx context.Context, round int, mode string, ld load, t *t
 		return row, err
 	}
 	start := time.Now()
-	res, berr := e.runPgbench(ctx, pgbenchArgs(mode, ld.clients, e.cfg.Jobs, ld.rate, e.cfg.Seconds, t.port, benchDB))
+	run, err := e.startPgbench(pgbenchArgs(mode, ld.clients, e.cfg.Jobs, ld.rate, e.cfg.Seconds, t.port, benchDB))
+	if err != nil {
+		_, _ = smp.stop()
+		return row, err
+	}
+	if t.name == targetDirect {
+		// A direct run starts a backend per client, which costs far more
+		// than the queries; the poolers' server connections are already
+		// there. Start PostgreSQL's window once every client is connected.
+		e.mon.waitBackendsAtLeast(ctx, baseBackends+ld.clients, time.Duration(e.cfg.Seconds)*time.Second, run.c.done)
+		if pg0, err = clusterCPU(e.postmaster, e.mon.pid); err != nil {
+			_ = run.c.cmd.Process.Kill()
+			_, _ = run.wait(ctx)
+			_, _ = smp.stop()
+			return row, err
+		}
+	}
+	res, berr := run.wait(ctx)
 	row.seconds = time.Since(start).Seconds()
 	busy, serr := smp.stop()
 	if berr != nil || ctx.Err() != nil {
@@ -375,7 +392,10 @@ func (e *env) measure(ctx context.Context, round int, mode string, ld load, t *t
 		row.status = "aborted"
 		fmt.Fprintf(e.w, "pgbench through %s exited with an error:\n%s\n", t.name, tail(res.output, 4))
 	}
-	row.tps, row.txns, row.failed, row.latencyMs = res.tps, res.txns, res.failed, res.latencyMs
+	row.tps, row.txns, row.failed, row.latencyMs, row.connectMs = res.tps, res.txns, res.failed, res.latencyMs, res.connectMs
+	if res.txns == 0 {
+		row.tps, row.latencyMs = math.NaN(), math.NaN()
+	}
 	row.pgUs = perQuery(float64((pg1 - pg0).Microseconds()), res.txns)
 	row.pgbenchUs = perQuery(float64(res.cpu.Microseconds()), res.txns)
 	if t.pid != nil {
