@@ -254,7 +254,7 @@ func (e *env) highRateNotes(med map[string]runRow, key func(string, load, string
 	var out []string
 	for _, t := range e.targets {
 		m, ok := med[key(e.cfg.Modes[0], ld, t.name)]
-		if !ok {
+		if !ok || math.IsNaN(m.tps) {
 			continue
 		}
 		reached := ""
