@@ -38,8 +38,11 @@ type env struct {
 	bouncerName string // "PgBouncer 1.18.0"
 	bouncerVer  [2]int
 	targets     []*target
-	notes       []string // skipped targets and modes, for the report
-	info        envInfo
+	// connectPerClient is the last direct run's connection time per client
+	// and thread, for connectAllowance.
+	connectPerClient time.Duration
+	notes            []string // skipped targets and modes, for the report
+	info             envInfo
 }
 
 // envInfo describes the machine and software versions for the report.
@@ -249,8 +252,13 @@ func (e *env) setUp(ctx context.Context) error {
 		if _, skip := t.skip[mode]; skip {
 			mode = "extended"
 		}
-		if _, err := e.runPgbench(ctx, pgbenchArgs(mode, e.cfg.Pool, e.cfg.Jobs, 0, warm, t.port, benchDB)); err != nil {
+		res, err := e.runPgbench(ctx, pgbenchArgs(mode, e.cfg.Pool, e.cfg.Jobs, 0, warm, t.port, benchDB))
+		if err != nil {
 			return fmt.Errorf("warm-up through %s: %w", t.name, err)
+		}
+		if t.name == targetDirect {
+			// pgbench connects each thread's clients one after another.
+			e.connectPerClient = time.Duration(res.connectMs*float64(time.Millisecond)) * time.Duration(min(e.cfg.Jobs, e.cfg.Pool)) / time.Duration(e.cfg.Pool)
 		}
 	}
 	return nil
@@ -333,8 +341,12 @@ func (e *env) measure(ctx context.Context, round int, mode string, ld load, t *t
 		_, _ = smp.stop()
 		return row, err
 	}
+	seconds := e.cfg.Seconds
+	if t.name == targetDirect {
+		seconds += e.connectAllowance(ld.clients)
+	}
 	start := time.Now()
-	run, err := e.startPgbench(pgbenchArgs(mode, ld.clients, e.cfg.Jobs, ld.rate, e.cfg.Seconds, t.port, benchDB))
+	run, err := e.startPgbench(pgbenchArgs(mode, ld.clients, e.cfg.Jobs, ld.rate, seconds, t.port, benchDB))
 	if err != nil {
 		_, _ = smp.stop()
 		return row, err
@@ -343,7 +355,7 @@ func (e *env) measure(ctx context.Context, round int, mode string, ld load, t *t
 		// A direct run starts a backend per client, which costs far more
 		// than the queries; the poolers' server connections are already
 		// there. Start PostgreSQL's window once every client is connected.
-		e.mon.waitBackendsAtLeast(ctx, baseBackends+ld.clients, time.Duration(e.cfg.Seconds)*time.Second, run.c.done)
+		e.mon.waitBackendsAtLeast(ctx, baseBackends+ld.clients, time.Duration(seconds)*time.Second, run.c.done)
 		if pg0, err = clusterCPU(e.postmaster, e.mon.pid); err != nil {
 			_ = run.c.cmd.Process.Kill()
 			_, _ = run.wait(ctx)
@@ -383,6 +395,13 @@ func (e *env) measure(ctx context.Context, round int, mode string, ld load, t *t
 		row.sys = perQuery(float64(n), res.txns)
 	}
 
+	if t.name == targetDirect {
+		if res.connectMs > 0 {
+			e.connectPerClient = time.Duration(res.connectMs*float64(time.Millisecond)) * time.Duration(min(e.cfg.Jobs, ld.clients)) / time.Duration(ld.clients)
+		} else if res.txns == 0 {
+			e.connectPerClient = max(2*e.connectPerClient, 10*time.Millisecond)
+		}
+	}
 	row.status = "ok"
 	if res.txns == 0 {
 		row.status = "no-transactions"
@@ -405,6 +424,17 @@ func (e *env) measure(ctx context.Context, round int, mode string, ld load, t *t
 	}
 	row.busyMean, row.busyMax = busy.mean, busy.max
 	return row, nil
+}
+
+// connectAllowance is how many seconds a direct run gets on top of
+// --duration for pgbench to connect its clients, which it does one after
+// another in each thread, each starting a backend: pgbench's -T counts from
+// before the connections, and 200 of them can take longer than the run on a
+// busy machine. It is estimated from the last direct run's connection time.
+func (e *env) connectAllowance(clients int) int {
+	perThread := (clients + e.cfg.Jobs - 1) / e.cfg.Jobs
+	est := time.Duration(perThread) * e.connectPerClient
+	return int(math.Ceil(est.Seconds() * 1.5))
 }
 
 // perQuery divides a counter by the transactions pgbench completed (one
