@@ -277,8 +277,8 @@ func assertGone(t *testing.T, text string) {
 	}
 }
 
-// TestCancelStopsEverything cancels the run as soon as the first
-// measurement starts and checks that the tool returns promptly with an
+// TestCancelStopsEverything cancels the run once the poolers have started,
+// during the warm-up, and checks that the tool returns promptly with an
 // error and leaves no pooler or PostgreSQL running.
 func TestCancelStopsEverything(t *testing.T) {
 	requireTools(t)
@@ -288,7 +288,7 @@ func TestCancelStopsEverything(t *testing.T) {
 	var stdout, stderr lockedBuffer
 	var cancelled time.Time
 	stdout.onWrite = func(s string) {
-		if cancelled.IsZero() && strings.Contains(s, "round mode") {
+		if cancelled.IsZero() && strings.Contains(s, "warming up") {
 			cancelled = time.Now()
 			cancel()
 		}

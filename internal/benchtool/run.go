@@ -205,6 +205,7 @@ func (e *env) setUp(ctx context.Context) error {
 	if e.postmaster, err = postmasterPid(e.cluster.DataDir); err != nil {
 		return err
 	}
+	fmt.Fprintf(e.w, "  %-14s port %d, postmaster pid %d\n", "PostgreSQL", e.cluster.Port, e.postmaster)
 	if err := e.cluster.Exec(ctx, "CREATE DATABASE "+benchDB); err != nil {
 		return err
 	}
@@ -235,6 +236,11 @@ func (e *env) setUp(ctx context.Context) error {
 		}
 		if err != nil {
 			return err
+		}
+		if t.proc != nil {
+			fmt.Fprintf(e.w, "  %-14s port %d, pid %d (%s)\n", t.name, t.port, t.pid(), t.flags)
+		} else {
+			fmt.Fprintf(e.w, "  %-14s port %d, PostgreSQL's own\n", t.name, t.port)
 		}
 		for mode, why := range t.skip {
 			if slices.Contains(e.cfg.Modes, mode) {
@@ -493,14 +499,6 @@ func (e *env) printHeader() {
 	i := e.info
 	fmt.Fprintf(e.w, "\n%s; Linux %s, %d CPUs, %s, %s, %s, %s; load average %s\n", i.date, i.kernel, i.cpus,
 		i.goVersion, i.pgVersion, i.pgbench, orDash(i.bouncer), i.loadStart)
-	for _, t := range e.targets {
-		if t.proc != nil {
-			fmt.Fprintf(e.w, "  %-14s port %d, pid %d (%s)\n", t.name, t.port, t.pid(), t.flags)
-		} else {
-			fmt.Fprintf(e.w, "  %-14s port %d, PostgreSQL's own\n", t.name, t.port)
-		}
-	}
-	fmt.Fprintf(e.w, "  %-14s port %d, postmaster pid %d\n", "PostgreSQL", e.cluster.Port, e.postmaster)
 	for _, n := range e.notes {
 		fmt.Fprintf(e.w, "  note: %s\n", n)
 	}
