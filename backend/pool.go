@@ -67,6 +67,10 @@ type Pool struct {
 	// paused stops fillMin while the admin console holds the pool (admin.go).
 	paused atomic.Bool
 
+	// shared is what the pooler keeps with the pool (see Shared).
+	sharedOnce sync.Once
+	shared     any
+
 	// failures counts consecutive failed attempts to reach MinPool; only the
 	// background loop touches it and retryAt.
 	failures int
@@ -181,6 +185,15 @@ func newPool(cfg PoolConfig, pgcfg *pgconn.Config, logger *slog.Logger, m *Metri
 	p.pp = pp
 	p.metrics = m.forPool(p)
 	return p, nil
+}
+
+// Shared returns the value the layer above keeps with this pool (the
+// pooler's record of which connections several clients share), creating it
+// with init the first time. The backend package never reads it; it lives
+// and goes with the pool, so it needs no registry of its own.
+func (p *Pool) Shared(init func() any) any {
+	p.sharedOnce.Do(func() { p.shared = init() })
+	return p.shared
 }
 
 // Database returns the server-side database name of the pool.
