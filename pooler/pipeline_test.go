@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/pgquic/pgquic/backend"
 	"github.com/pgquic/pgquic/pooler"
 )
 
@@ -373,5 +374,55 @@ func TestPipelineBackendKilled(t *testing.T) {
 	var pe *pgconn.PgError
 	if err := <-startSleeper(ctx, t, h, "d", 0).done; err != nil && !errors.As(err, &pe) {
 		t.Errorf("a new client: %v", err)
+	}
+}
+
+// TestPipelineClientVanishes closes clients whose requests wait behind
+// another on the only server connection (pgconn sends a cancel first): the
+// request ahead and a later client are unaffected, and the connection goes
+// back to the pool idle.
+func TestPipelineClientVanishes(t *testing.T) {
+	h, reg := pipeHarness(t, 1, 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	w, err := pgconn.Connect(ctx, h.url())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close(context.Background())
+	warm(ctx, t, w, "SELECT pg_sleep(0), 'warm'")
+	base := metricValue(t, reg, pipelinedMetric, "")
+	a := startSleeper(ctx, t, h, "a", 0.5)
+	time.Sleep(100 * time.Millisecond)
+	var bs []*sleeper
+	for i := range 3 {
+		bs = append(bs, startSleeper(ctx, t, h, "b", 0.1))
+		waitMetric(t, reg, pipelinedMetric, base+float64(i+1))
+	}
+	for _, b := range bs {
+		_ = b.conn.Conn().Close() // gone without a Terminate
+	}
+	if err := <-a.done; err != nil {
+		t.Errorf("the request ahead: %v", err)
+	}
+	for range 5 {
+		if _, err := w.Exec(ctx, "SELECT 1").ReadAll(); err != nil {
+			t.Fatalf("a client after the others left: %v", err)
+		}
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		pools := h.mgr.Pools()
+		var st backend.Stats
+		if len(pools) == 1 {
+			st = pools[0].Stat()
+		}
+		if st.Idle == 1 && st.Total == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the server connection did not come back idle: %d pools, %+v", len(pools), st)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }

@@ -128,6 +128,8 @@ func startServer(ctx context.Context, cfg *config.Config, logger *slog.Logger) (
 		ClientIdleTimeout:      cfg.ClientIdleTimeout,
 		QueryTimeout:           cfg.QueryTimeout,
 		StatementCacheSize:     cfg.StatementCacheSize,
+		PipelineDepth:          cfg.PipelineDepth,
+		PipelineFastThreshold:  cfg.PipelineFastThreshold,
 		ClientStatementBytes:   cfg.ClientStatementBytes,
 		RoleChanges:            pooler.RoleChangePolicy(cfg.RoleChanges),
 		SessionState:           pooler.SessionStatePolicy(cfg.SessionState),
