@@ -130,36 +130,49 @@ func (s *session) pipelineCheckLocked(typ byte, body []byte) pipeBatch {
 		return pipeBatch{}
 	}
 	rest := s.cr.Peek()
-	if len(body)+len(rest) > maxPipeBatch {
+	fp, ok := scanBatch(typ, body, rest, s.stmts, s.unnamed)
+	if !ok {
 		return pipeBatch{}
 	}
-	var c batchScan
-	c.s = s
+	return pipeBatch{ok: true, fp: fp, fast: s.p.lat.fast(fp, s.p.cfg.PipelineFastThreshold), key: s.desiredKey()}
+}
+
+// scanBatch reads a client's request: the message of type typ whose body
+// has been read, then the bytes buffered after it. It reports whether the
+// request is complete (ends in Sync, or is one Query, with nothing after
+// it), small, and made of messages and statements that qualify, and its
+// fingerprint. stmts and unnamed are the client's prepared statements.
+func scanBatch(typ byte, body, rest []byte, stmts map[string]*stmt, unnamed *stmt) (uint64, bool) {
+	if len(body)+len(rest) > maxPipeBatch {
+		return 0, false
+	}
+	c := batchScan{stmts: stmts, unnamed: unnamed}
 	if !c.msg(typ, body) {
-		return pipeBatch{}
+		return 0, false
 	}
 	for !c.synced {
 		if len(rest) < wire.HeaderLen {
-			return pipeBatch{}
+			return 0, false
 		}
 		n := int(binary.BigEndian.Uint32(rest[1:]))
-		if n < 4 || 1+n > len(rest) {
-			return pipeBatch{}
+		if n < 4 || n > len(rest)-1 {
+			return 0, false
 		}
 		if !c.msg(rest[0], rest[wire.HeaderLen:1+n]) {
-			return pipeBatch{}
+			return 0, false
 		}
 		rest = rest[1+n:]
 	}
 	if len(rest) > 0 {
-		return pipeBatch{} // more follows: the client pipelines on its own
+		return 0, false // more follows: the client pipelines on its own
 	}
-	return pipeBatch{ok: true, fp: c.fp, fast: s.p.lat.fast(c.fp, s.p.cfg.PipelineFastThreshold), key: s.desiredKey()}
+	return c.fp, true
 }
 
 // batchScan reads the messages of a request for pipelineCheckLocked.
 type batchScan struct {
-	s         *session
+	stmts     map[string]*stmt
+	unnamed   *stmt
 	fp        uint64
 	synced    bool
 	unnamedOK bool              // the unnamed statement is one the request parses, and qualifies
@@ -196,7 +209,7 @@ func (c *batchScan) msg(typ byte, body []byte) bool {
 			c.unnamedOK = true
 			return true
 		}
-		if _, exists := c.s.stmts[string(name)]; exists {
+		if _, exists := c.stmts[string(name)]; exists {
 			return false // 42P05: let it fail alone
 		}
 		if c.parsed == nil {
@@ -248,13 +261,12 @@ func (c *batchScan) stmtFP(name []byte) (uint64, bool) {
 		if c.unnamedOK {
 			return 0, true
 		}
-		u := c.s.unnamed
-		return 0, u != nil && u.info.pipe
+		return 0, c.unnamed != nil && c.unnamed.info.pipe
 	}
 	if fp, ok := c.parsed[string(name)]; ok {
 		return fp, true
 	}
-	st := c.s.stmts[string(name)]
+	st := c.stmts[string(name)]
 	if st == nil || !st.info.pipe {
 		return 0, false
 	}
@@ -268,6 +280,13 @@ func (c *batchScan) stmtFP(name []byte) (uint64, bool) {
 func pipeSafeSQL(q []byte) bool {
 	return len(q) > 0 && sqllex.Classify(bytesString(q)).Flags == 0
 }
+
+// turnNow is the turn of a rider that reads first: already given.
+var turnNow = func() chan struct{} {
+	c := make(chan struct{})
+	close(c)
+	return c
+}()
 
 // lead makes the session's request the first on conn, freshly borrowed.
 func (lp *lanePool) lead(conn *backend.Conn, b pipeBatch) *rider {
@@ -283,8 +302,7 @@ func (lp *lanePool) lead(conn *backend.Conn, b pipeBatch) *rider {
 		st.lane = l
 	}
 	l.lp, l.err, l.sealed, l.key = lp, nil, false, b.key
-	rd := &rider{l: l, turn: make(chan struct{}), fp: b.fp, fast: b.fast}
-	close(rd.turn)
+	rd := &rider{l: l, turn: turnNow, fp: b.fp, fast: b.fast}
 	l.riders = append(l.riders[:0], rd)
 	l.writing = true
 	lp.lanes = append(lp.lanes, l)
