@@ -262,6 +262,10 @@ type Config struct {
 	// Default: 5ms.
 	PipelineFastThreshold time.Duration `yaml:"pipeline_fast_threshold"`
 
+	// PipelineEager pipelines known-fast requests even while other server
+	// connections are free. Default: false.
+	PipelineEager bool `yaml:"pipeline_eager"`
+
 	// MaxMessageBytes bounds one client protocol message; a larger one ends
 	// the session with SQLSTATE 08P01. Default: 67108864 (64 MiB).
 	MaxMessageBytes int `yaml:"max_message_bytes"`

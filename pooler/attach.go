@@ -154,6 +154,14 @@ func (s *session) acquireConn(ctx context.Context, b pipeBatch) (*backend.Conn, 
 	if s.p.cfg.PipelineDepth > 1 && s.p.cfg.Mode == ModeTransaction {
 		lp = lanesOf(s.pool)
 	}
+	if b.ok && s.p.cfg.PipelineEager {
+		// Known-fast requests share connections even while others are
+		// free: fewer server processes woken, more replies per read.
+		if rd := lp.join(b, s.p.cfg.PipelineDepth); rd != nil {
+			s.p.m.waitSeconds.Observe(0)
+			return rd.l.conn, rd, nil
+		}
+	}
 	if conn, err := s.pool.TryAcquire(ctx); err == nil {
 		s.p.m.waitSeconds.Observe(0)
 		if b.ok {

@@ -115,6 +115,12 @@ type Config struct {
 	// one but its own client. Default: 5ms.
 	PipelineFastThreshold time.Duration
 
+	// PipelineEager writes a qualifying request behind known-fast ones on a
+	// busy connection even while other connections are free, so fewer
+	// server processes do the same work with fewer wake-ups. Default: off
+	// (pipeline only when every connection is busy).
+	PipelineEager bool
+
 	// StatementCacheSize bounds the prepared statements the pooler keeps on
 	// each server connection in transaction mode; the least recently used
 	// one is closed beyond it (PgBouncer's max_prepared_statements).

@@ -130,6 +130,7 @@ func startServer(ctx context.Context, cfg *config.Config, logger *slog.Logger) (
 		StatementCacheSize:     cfg.StatementCacheSize,
 		PipelineDepth:          cfg.PipelineDepth,
 		PipelineFastThreshold:  cfg.PipelineFastThreshold,
+		PipelineEager:          cfg.PipelineEager,
 		ClientStatementBytes:   cfg.ClientStatementBytes,
 		RoleChanges:            pooler.RoleChangePolicy(cfg.RoleChanges),
 		SessionState:           pooler.SessionStatePolicy(cfg.SessionState),
