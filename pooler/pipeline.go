@@ -397,14 +397,11 @@ func (lp *lanePool) waitExclusive(d int) {
 // fillLocked hands a free place on l to the oldest waiter that fits.
 // lp.mu must be held.
 func (lp *lanePool) fillLocked(l *lane, depth int) {
-	if lp.exclusive > 0 {
+	if lp.exclusive > 0 || len(lp.waiters) == 0 || !l.accepts(l.key, depth) {
 		return
 	}
 	for i, w := range lp.waiters {
-		if !l.accepts(w.key, depth) {
-			if l.writing || l.sealed || len(l.riders) >= depth {
-				return
-			}
+		if w.key != l.key {
 			continue
 		}
 		lp.waiters = append(lp.waiters[:i], lp.waiters[i+1:]...)
