@@ -187,25 +187,32 @@ func (s *session) acquireConn(ctx context.Context, b pipeBatch) (*backend.Conn, 
 	if s.peer.Probe != nil {
 		s.markStuck()
 	}
-	var w *laneWaiter
-	switch {
-	case b.ok:
-		w = lp.wait(b, cancelWait)
-	case lp != nil:
-		lp.waitExclusive(1)
-	}
-	conn, err := s.pool.Acquire(actx)
+	var conn *backend.Conn
 	var rd *rider
-	switch {
-	case w != nil:
-		if rd = lp.unwait(w); rd != nil {
-			if err == nil {
-				conn.Release() // the place on the lane came first
-			}
-			conn, err = rd.l.conn, nil
+	var err error
+	if b.ok && s.pool.Full() {
+		rd, conn, err = s.waitOnLanes(actx, lp, b)
+	}
+	if rd == nil && err == nil {
+		var w *laneWaiter
+		switch {
+		case b.ok:
+			w = lp.wait(b, cancelWait)
+		case lp != nil:
+			lp.waitExclusive(1)
 		}
-	case lp != nil:
-		lp.waitExclusive(-1)
+		conn, err = s.pool.Acquire(actx)
+		switch {
+		case w != nil:
+			if rd = lp.unwait(w); rd != nil {
+				if err == nil {
+					conn.Release() // the place on the lane came first
+				}
+				conn, err = rd.l.conn, nil
+			}
+		case lp != nil:
+			lp.waitExclusive(-1)
+		}
 	}
 	if rd == nil && errors.Is(err, backend.ErrPoolClosed) && ctx.Err() == nil {
 		// The pool source replaced its pools (a configuration reload)

@@ -87,13 +87,30 @@ type rider struct {
 }
 
 // laneWaiter is a session waiting for a server connection that may be
-// handed a place on a lane instead.
+// handed a place on a lane instead. One waiting in the backend pool's
+// Acquire is woken by cancelling that wait; one waiting on the lanes alone
+// (the pool is full, so a connection comes free only from a release) is
+// woken through ch, either with a place (got) or to try the pool again.
 type laneWaiter struct {
 	key    string
 	fp     uint64
 	fast   bool
 	cancel context.CancelCauseFunc
+	ch     chan struct{}
 	got    *rider // set under lp.mu when a place was handed over
+}
+
+// wake tells w that it was handed a place or should look again. lp.mu must
+// be held, and w already out of the waiters.
+func (w *laneWaiter) wake() {
+	if w.cancel != nil {
+		w.cancel(errLaneSlot)
+		return
+	}
+	select {
+	case w.ch <- struct{}{}:
+	default:
+	}
 }
 
 // errLaneSlot cancels the wait of a session handed a place on a lane.
@@ -391,7 +408,90 @@ func (lp *lanePool) unwait(w *laneWaiter) *rider {
 func (lp *lanePool) waitExclusive(d int) {
 	lp.mu.Lock()
 	lp.exclusive += d
+	if lp.exclusive == 0 {
+		lp.pokeLocked()
+	}
 	lp.mu.Unlock()
+}
+
+// waitLanes registers a session about to wait on the lanes alone (its pool
+// is full), at the front of the queue when it had already waited; nil when
+// no lane exists to hand it a place.
+func (lp *lanePool) waitLanes(b pipeBatch, front bool) *laneWaiter {
+	lp.mu.Lock()
+	defer lp.mu.Unlock()
+	if len(lp.lanes) == 0 {
+		return nil
+	}
+	w := &laneWaiter{key: b.key, fp: b.fp, fast: b.fast, ch: make(chan struct{}, 1)}
+	if front {
+		lp.waiters = append(lp.waiters, nil)
+		copy(lp.waiters[1:], lp.waiters)
+		lp.waiters[0] = w
+	} else {
+		lp.waiters = append(lp.waiters, w)
+	}
+	return w
+}
+
+// ConnReleased wakes the first session waiting on the lanes alone when a
+// connection of the pool came free (backend.ReleaseNotifier), unless a
+// session that cannot share one waits for it.
+func (lp *lanePool) ConnReleased() {
+	lp.mu.Lock()
+	if lp.exclusive == 0 {
+		lp.pokeLocked()
+	}
+	lp.mu.Unlock()
+}
+
+// pokeLocked wakes the first session waiting on the lanes alone to try the
+// pool again. lp.mu must be held.
+func (lp *lanePool) pokeLocked() {
+	for i, w := range lp.waiters {
+		if w.ch != nil {
+			lp.waiters = append(lp.waiters[:i], lp.waiters[i+1:]...)
+			w.wake()
+			return
+		}
+	}
+}
+
+// waitOnLanes waits, when the session's pool is full, for a place on a lane
+// or for a connection to come free, without queueing in the backend pool:
+// on a busy pool nearly every place comes from a lane. It returns no rider
+// and no error when the session must wait in the pool after all.
+func (s *session) waitOnLanes(actx context.Context, lp *lanePool, b pipeBatch) (*rider, *backend.Conn, error) {
+	front := false
+	for {
+		w := lp.waitLanes(b, front)
+		if w == nil {
+			return nil, nil, nil
+		}
+		select {
+		case <-w.ch:
+		case <-actx.Done():
+		}
+		if rd := lp.unwait(w); rd != nil {
+			return rd, rd.l.conn, nil
+		}
+		if err := actx.Err(); err != nil {
+			return nil, nil, err
+		}
+		// A connection came free.
+		if conn, err := s.pool.TryAcquire(actx); err == nil {
+			rd := lanesOf(conn.Pool()).lead(conn, b)
+			lp.ConnReleased() // another may be free too
+			return rd, conn, nil
+		}
+		if rd := lp.join(b, s.p.cfg.PipelineDepth); rd != nil {
+			return rd, rd.l.conn, nil
+		}
+		if !s.pool.Full() {
+			return nil, nil, nil
+		}
+		front = true
+	}
 }
 
 // fillLocked hands a free place on l to the oldest waiter that fits.
@@ -406,7 +506,7 @@ func (lp *lanePool) fillLocked(l *lane, depth int) {
 		}
 		lp.waiters = append(lp.waiters[:i], lp.waiters[i+1:]...)
 		w.got = l.add(w.fp, w.fast)
-		w.cancel(errLaneSlot)
+		w.wake()
 		return
 	}
 }
@@ -455,6 +555,19 @@ func (p *Pooler) leave(rd *rider, destroy bool) {
 	if len(l.riders) > 0 {
 		close(l.riders[0].turn)
 		lp.fillLocked(l, p.cfg.PipelineDepth)
+		lp.mu.Unlock()
+		return
+	}
+	if !destroy && lp.exclusive == 0 && len(lp.waiters) > 0 && !l.conn.Expired() {
+		// Hand the connection straight to the first waiter, whose
+		// request leads the lane now: no trip through the pool.
+		w := lp.waiters[0]
+		lp.waiters = append(lp.waiters[:0], lp.waiters[1:]...)
+		rd := &rider{l: l, turn: turnNow, fp: w.fp, fast: w.fast}
+		l.riders = append(l.riders, rd)
+		l.writing, l.key = true, w.key
+		w.got = rd
+		w.wake()
 		lp.mu.Unlock()
 		return
 	}
