@@ -469,3 +469,105 @@ func TestPipelineEager(t *testing.T) {
 		t.Errorf("no request was pipelined")
 	}
 }
+
+// TestPipelineNotBehindSlowQueries: a kind of query the server answers
+// slowly never has another client's request written behind it; the other
+// client waits for a free connection instead, as without pipelining.
+func TestPipelineNotBehindSlowQueries(t *testing.T) {
+	h, reg := pipeHarness(t, 1, 0) // the default threshold, 5 ms
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	w, err := pgconn.Connect(ctx, h.url())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close(context.Background())
+	warm(ctx, t, w, "SELECT pg_sleep(0.02), 'warm'") // 20 ms each: known slow
+	warm(ctx, t, w, "SELECT 1")                      // known fast
+	base := metricValue(t, reg, pipelinedMetric, "")
+	a := startSleeper(ctx, t, h, "a", 0.5)
+	time.Sleep(100 * time.Millisecond)
+	start := time.Now()
+	if _, err := w.Exec(ctx, "SELECT 1").ReadAll(); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-a.done; err != nil {
+		t.Fatal(err)
+	}
+	if got := metricValue(t, reg, pipelinedMetric, ""); got != base {
+		t.Errorf("%v requests pipelined behind a slow query", got-base)
+	}
+	if d := time.Since(start); d < 300*time.Millisecond {
+		t.Errorf("the fast query was answered after %v, while the slow one held the only connection", d)
+	}
+}
+
+// TestPipelineSetDoesNotLeak: one client SETs search_path to a schema with
+// its own table t while others, pipelined on the same two connections,
+// read the public t: each client only ever reads its own t.
+func TestPipelineSetDoesNotLeak(t *testing.T) {
+	h, reg := pipeHarness(t, 2, time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	setup := h.connect(ctx, t)
+	if _, err := setup.Exec(ctx, `DROP SCHEMA IF EXISTS pipe_x CASCADE; DROP TABLE IF EXISTS pipe_t;
+		CREATE SCHEMA pipe_x; CREATE TABLE pipe_x.pipe_t (v text); INSERT INTO pipe_x.pipe_t VALUES ('x');
+		CREATE TABLE public.pipe_t (v text); INSERT INTO public.pipe_t VALUES ('public')`); err != nil {
+		t.Fatal(err)
+	}
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	errs := make(chan error, 16)
+	read := func(conn *pgx.Conn, want string) error {
+		var v string
+		if err := conn.QueryRow(ctx, "SELECT v FROM pipe_t").Scan(&v); err != nil {
+			return err
+		}
+		if v != want {
+			return fmt.Errorf("read %q, want %q", v, want)
+		}
+		return nil
+	}
+	for range 10 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			conn, err := pgx.Connect(ctx, h.url())
+			if err != nil {
+				errs <- err
+				return
+			}
+			defer conn.Close(context.Background())
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				if err := read(conn, "public"); err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	x := h.connect(ctx, t)
+	if _, err := x.Exec(ctx, "SET search_path = pipe_x"); err != nil {
+		t.Fatal(err)
+	}
+	for range 200 {
+		if err := read(x, "x"); err != nil {
+			t.Errorf("the client that SET search_path: %v", err)
+			break
+		}
+	}
+	close(stop)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	if metricValue(t, reg, pipelinedMetric, "") == 0 {
+		t.Errorf("nothing was pipelined, so the test proves nothing")
+	}
+}
