@@ -157,7 +157,7 @@ func (s *session) acquireConn(ctx context.Context, b pipeBatch) (*backend.Conn, 
 	if b.ok && s.p.cfg.PipelineEager {
 		// Known-fast requests share connections even while others are
 		// free: fewer server processes woken, more replies per read.
-		if rd := lp.join(b, s.p.cfg.PipelineDepth); rd != nil {
+		if rd := lp.join(s.newRider(b), b.key, s.p.cfg.PipelineDepth); rd != nil {
 			s.p.m.waitSeconds.Observe(0)
 			return rd.l.conn, rd, nil
 		}
@@ -165,12 +165,12 @@ func (s *session) acquireConn(ctx context.Context, b pipeBatch) (*backend.Conn, 
 	if conn, err := s.pool.TryAcquire(ctx); err == nil {
 		s.p.m.waitSeconds.Observe(0)
 		if b.ok {
-			return conn, lanesOf(conn.Pool()).lead(conn, b), nil
+			return conn, lanesOf(conn.Pool()).lead(conn, s.newRider(b), b.key), nil
 		}
 		return conn, nil, nil
 	}
 	if b.ok {
-		if rd := lp.join(b, s.p.cfg.PipelineDepth); rd != nil {
+		if rd := lp.join(s.newRider(b), b.key, s.p.cfg.PipelineDepth); rd != nil {
 			s.p.m.waitSeconds.Observe(0)
 			return rd.l.conn, rd, nil
 		}
@@ -197,7 +197,7 @@ func (s *session) acquireConn(ctx context.Context, b pipeBatch) (*backend.Conn, 
 		var w *laneWaiter
 		switch {
 		case b.ok:
-			w = lp.wait(b, cancelWait)
+			w = lp.wait(s.newRider(b), b.key, cancelWait)
 		case lp != nil:
 			lp.waitExclusive(1)
 		}
@@ -259,7 +259,7 @@ func (s *session) acquireConn(ctx context.Context, b pipeBatch) (*backend.Conn, 
 		return nil, nil, pgerr(pgproto.CodeConnectionFailure, "could not connect to the server", err)
 	}
 	if b.ok && rd == nil {
-		rd = lanesOf(conn.Pool()).lead(conn, b)
+		rd = lanesOf(conn.Pool()).lead(conn, s.newRider(b), b.key)
 	}
 	return conn, rd, nil
 }

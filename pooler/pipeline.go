@@ -69,10 +69,14 @@ type lane struct {
 	stMu sync.Mutex
 }
 
-// rider is one session's request on a lane.
+// rider is one session's request on a lane. Its memory is the session's
+// own (session.rider), reused for each request: a session has at most one
+// request on a lane at a time, and it has left the lane before its next
+// request needs a server connection.
 type rider struct {
 	l      *lane
-	turn   chan struct{} // closed when the rider may read (or the lane is lost)
+	turn   chan struct{} // signalled when the rider may read (or the lane is lost): turnNow, or own
+	own    chan struct{} // the session's turn channel, with room for one signal
 	fp     uint64        // fingerprint of the request's statements
 	fast   bool          // requests of this kind are known to be fast
 	joined bool          // written behind others on a busy connection
@@ -93,11 +97,10 @@ type rider struct {
 // woken through ch, either with a place (got) or to try the pool again.
 type laneWaiter struct {
 	key    string
-	fp     uint64
-	fast   bool
+	rd     *rider // the session's rider, placed on a lane when one is handed over
 	cancel context.CancelCauseFunc
 	ch     chan struct{}
-	got    *rider // set under lp.mu when a place was handed over
+	got    bool // set under lp.mu when a place was handed over
 }
 
 // wake tells w that it was handed a place or should look again. lp.mu must
@@ -305,8 +308,31 @@ var turnNow = func() chan struct{} {
 	return c
 }()
 
+// newRider readies the session's rider for a request.
+func (s *session) newRider(b pipeBatch) *rider {
+	rd := &s.rider
+	own := rd.own
+	if own == nil {
+		own = make(chan struct{}, 1)
+	}
+	select {
+	case <-own: // a signal the last request did not wait for
+	default:
+	}
+	*rd = rider{own: own, fp: b.fp, fast: b.fast}
+	return rd
+}
+
+// signal gives rd its turn.
+func (rd *rider) signal() {
+	select {
+	case rd.turn <- struct{}{}:
+	default:
+	}
+}
+
 // lead makes the session's request the first on conn, freshly borrowed.
-func (lp *lanePool) lead(conn *backend.Conn, b pipeBatch) *rider {
+func (lp *lanePool) lead(conn *backend.Conn, rd *rider, key string) *rider {
 	st, _ := conn.State.(*serverState)
 	if st == nil {
 		st = newServerState()
@@ -318,8 +344,8 @@ func (lp *lanePool) lead(conn *backend.Conn, b pipeBatch) *rider {
 		l = &lane{lp: lp, conn: conn}
 		st.lane = l
 	}
-	l.lp, l.err, l.sealed, l.key = lp, nil, false, b.key
-	rd := &rider{l: l, turn: turnNow, fp: b.fp, fast: b.fast}
+	l.lp, l.err, l.sealed, l.key = lp, nil, false, key
+	rd.l, rd.turn = l, turnNow
 	l.riders = append(l.riders[:0], rd)
 	l.writing = true
 	lp.lanes = append(lp.lanes, l)
@@ -331,23 +357,22 @@ func (lp *lanePool) lead(conn *backend.Conn, b pipeBatch) *rider {
 
 // join writes the session's request behind others on the least loaded lane
 // that takes it, or returns nil.
-func (lp *lanePool) join(b pipeBatch, depth int) *rider {
+func (lp *lanePool) join(rd *rider, key string, depth int) *rider {
 	lp.mu.Lock()
 	var best *lane
 	for _, l := range lp.lanes {
-		if l.accepts(b.key, depth) && (best == nil || len(l.riders) < len(best.riders)) {
+		if l.accepts(key, depth) && (best == nil || len(l.riders) < len(best.riders)) {
 			best = l
 		}
 	}
-	var rd *rider
-	if best != nil && lp.exclusive == 0 && len(lp.waiters) == 0 {
-		rd = best.add(b.fp, b.fast)
+	if best == nil || lp.exclusive != 0 || len(lp.waiters) != 0 {
+		lp.mu.Unlock()
+		return nil
 	}
+	best.add(rd)
 	lp.mu.Unlock()
-	if rd != nil {
-		rd.l.stMu.Lock()
-		rd.stLocked = true
-	}
+	rd.l.stMu.Lock()
+	rd.stLocked = true
 	return rd
 }
 
@@ -365,18 +390,18 @@ func (l *lane) accepts(key string, depth int) bool {
 	return true
 }
 
-// add appends a rider that starts writing. lp.mu must be held.
-func (l *lane) add(fp uint64, fast bool) *rider {
-	rd := &rider{l: l, turn: make(chan struct{}), fp: fp, fast: fast, joined: true}
+// add appends a rider that starts writing behind others. lp.mu must be
+// held.
+func (l *lane) add(rd *rider) {
+	rd.l, rd.turn, rd.joined = l, rd.own, true
 	l.riders = append(l.riders, rd)
 	l.writing = true
-	return rd
 }
 
 // wait registers a session about to wait for a connection of the pool with
 // a qualifying request, so that a place on a lane can be handed to it.
-func (lp *lanePool) wait(b pipeBatch, cancel context.CancelCauseFunc) *laneWaiter {
-	w := &laneWaiter{key: b.key, fp: b.fp, fast: b.fast, cancel: cancel}
+func (lp *lanePool) wait(rd *rider, key string, cancel context.CancelCauseFunc) *laneWaiter {
+	w := &laneWaiter{key: key, rd: rd, cancel: cancel}
 	lp.mu.Lock()
 	lp.waiters = append(lp.waiters, w)
 	lp.mu.Unlock()
@@ -393,12 +418,14 @@ func (lp *lanePool) unwait(w *laneWaiter) *rider {
 			break
 		}
 	}
-	rd := w.got
+	got := w.got
 	lp.mu.Unlock()
-	if rd != nil {
-		rd.l.stMu.Lock()
-		rd.stLocked = true
+	if !got {
+		return nil
 	}
+	rd := w.rd
+	rd.l.stMu.Lock()
+	rd.stLocked = true
 	return rd
 }
 
@@ -417,13 +444,13 @@ func (lp *lanePool) waitExclusive(d int) {
 // waitLanes registers a session about to wait on the lanes alone (its pool
 // is full), at the front of the queue when it had already waited; nil when
 // no lane exists to hand it a place.
-func (lp *lanePool) waitLanes(b pipeBatch, front bool) *laneWaiter {
+func (lp *lanePool) waitLanes(rd *rider, key string, front bool) *laneWaiter {
 	lp.mu.Lock()
 	defer lp.mu.Unlock()
 	if len(lp.lanes) == 0 {
 		return nil
 	}
-	w := &laneWaiter{key: b.key, fp: b.fp, fast: b.fast, ch: make(chan struct{}, 1)}
+	w := &laneWaiter{key: key, rd: rd, ch: make(chan struct{}, 1)}
 	if front {
 		lp.waiters = append(lp.waiters, nil)
 		copy(lp.waiters[1:], lp.waiters)
@@ -464,7 +491,7 @@ func (lp *lanePool) pokeLocked() {
 func (s *session) waitOnLanes(actx context.Context, lp *lanePool, b pipeBatch) (*rider, *backend.Conn, error) {
 	front := false
 	for {
-		w := lp.waitLanes(b, front)
+		w := lp.waitLanes(s.newRider(b), b.key, front)
 		if w == nil {
 			return nil, nil, nil
 		}
@@ -480,11 +507,11 @@ func (s *session) waitOnLanes(actx context.Context, lp *lanePool, b pipeBatch) (
 		}
 		// A connection came free.
 		if conn, err := s.pool.TryAcquire(actx); err == nil {
-			rd := lanesOf(conn.Pool()).lead(conn, b)
+			rd := lanesOf(conn.Pool()).lead(conn, s.newRider(b), b.key)
 			lp.ConnReleased() // another may be free too
 			return rd, conn, nil
 		}
-		if rd := lp.join(b, s.p.cfg.PipelineDepth); rd != nil {
+		if rd := lp.join(s.newRider(b), b.key, s.p.cfg.PipelineDepth); rd != nil {
 			return rd, rd.l.conn, nil
 		}
 		if !s.pool.Full() {
@@ -505,7 +532,8 @@ func (lp *lanePool) fillLocked(l *lane, depth int) {
 			continue
 		}
 		lp.waiters = append(lp.waiters[:i], lp.waiters[i+1:]...)
-		w.got = l.add(w.fp, w.fast)
+		l.add(w.rd)
+		w.got = true
 		w.wake()
 		return
 	}
@@ -553,7 +581,7 @@ func (p *Pooler) leave(rd *rider, destroy bool) {
 	l.riders[len(l.riders)-1] = nil
 	l.riders = l.riders[:len(l.riders)-1]
 	if len(l.riders) > 0 {
-		close(l.riders[0].turn)
+		l.riders[0].signal()
 		lp.fillLocked(l, p.cfg.PipelineDepth)
 		lp.mu.Unlock()
 		return
@@ -563,10 +591,11 @@ func (p *Pooler) leave(rd *rider, destroy bool) {
 		// request leads the lane now: no trip through the pool.
 		w := lp.waiters[0]
 		lp.waiters = append(lp.waiters[:0], lp.waiters[1:]...)
-		rd := &rider{l: l, turn: turnNow, fp: w.fp, fast: w.fast}
-		l.riders = append(l.riders, rd)
+		nr := w.rd
+		nr.l, nr.turn, nr.joined = l, turnNow, false
+		l.riders = append(l.riders, nr)
 		l.writing, l.key = true, w.key
-		w.got = rd
+		w.got = true
 		w.wake()
 		lp.mu.Unlock()
 		return
@@ -611,7 +640,7 @@ func (lp *lanePool) failLocked(l *lane, err error) {
 	}
 	for i, r := range l.riders {
 		if i > 0 {
-			close(r.turn)
+			r.signal()
 		}
 	}
 	clear(l.riders)

@@ -49,7 +49,11 @@ func (s *session) sendOut() error {
 	}
 	if n > conn.W.Available() {
 		s.mu.Lock()
-		if !a.released && !a.relaying && a.pending() > 0 {
+		if !a.released && !a.relaying && a.pending() > 0 && a.rider == nil {
+			// (A request on a shared connection is read inline once
+			// complete, in its turn: the session must not read its
+			// client meanwhile, or its next request would follow others'
+			// on that connection.)
 			s.startRelayLocked(a)
 		}
 		s.mu.Unlock()
