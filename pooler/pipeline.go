@@ -60,6 +60,7 @@ type lane struct {
 	riders  []*rider // in write order; riders[0] reads
 	writing bool     // the last rider is still writing its request
 	sealed  bool     // a rider waits to cancel: no new rider until it leaves
+	solo    bool     // the first rider's request may be sent again (stale.go): no rider behind it
 	key     string   // run-time parameters every rider expects (session.desiredKey)
 	err     error    // the connection was lost
 
@@ -344,7 +345,7 @@ func (lp *lanePool) lead(conn *backend.Conn, rd *rider, key string) *rider {
 		l = &lane{lp: lp, conn: conn}
 		st.lane = l
 	}
-	l.lp, l.err, l.sealed, l.key = lp, nil, false, key
+	l.lp, l.err, l.sealed, l.solo, l.key = lp, nil, false, false, key
 	rd.l, rd.turn = l, turnNow
 	l.riders = append(l.riders[:0], rd)
 	l.writing = true
@@ -379,7 +380,7 @@ func (lp *lanePool) join(rd *rider, key string, depth int) *rider {
 // accepts reports whether a request with parameters key may be written on
 // l now. lp.mu must be held.
 func (l *lane) accepts(key string, depth int) bool {
-	if l.writing || l.sealed || l.err != nil || len(l.riders) == 0 || len(l.riders) >= depth || l.key != key {
+	if l.writing || l.sealed || l.solo || l.err != nil || len(l.riders) == 0 || len(l.riders) >= depth || l.key != key {
 		return false
 	}
 	for _, r := range l.riders {
@@ -594,7 +595,7 @@ func (p *Pooler) leave(rd *rider, destroy bool) {
 		nr := w.rd
 		nr.l, nr.turn, nr.joined = l, turnNow, false
 		l.riders = append(l.riders, nr)
-		l.writing, l.key = true, w.key
+		l.writing, l.key, l.sealed, l.solo = true, w.key, false, false
 		w.got = true
 		w.wake()
 		lp.mu.Unlock()
@@ -668,6 +669,20 @@ func (lp *lanePool) dropLocked(l *lane) {
 func (s *session) riderSynced(rd *rider) bool {
 	st := rd.l.conn.State.(*serverState)
 	return st.lastUser == s.id || (st.syncedKey == s.desiredKey() && !st.dirtyAll)
+}
+
+// solo keeps other clients' requests off rd's connection until rd leaves,
+// so its request may be sent again (a statement found stale, stale.go); it
+// reports false when rd already has requests behind or ahead of it.
+func (lp *lanePool) solo(rd *rider) bool {
+	lp.mu.Lock()
+	defer lp.mu.Unlock()
+	l := rd.l
+	if len(l.riders) != 1 || l.riders[0] != rd {
+		return false
+	}
+	l.solo = true
+	return true
 }
 
 // cancelable reports whether a cancel for rd may go to the server now: rd
