@@ -55,6 +55,7 @@ const (
 	DefaultServerConnectTimeout  = defaults.ServerConnectTimeout
 	DefaultStatementCacheSize    = defaults.StatementCacheSize
 	DefaultPipelineDepth         = defaults.PipelineDepth
+	DefaultPipelineWhen          = "fast"
 	DefaultPipelineFastThreshold = defaults.PipelineFastThreshold
 	DefaultMaxMessageBytes       = defaults.MaxMessageLen
 	DefaultShutdownGrace         = 30 * time.Second
@@ -262,9 +263,10 @@ type Config struct {
 	// Default: 5ms.
 	PipelineFastThreshold time.Duration `yaml:"pipeline_fast_threshold"`
 
-	// PipelineEager pipelines known-fast requests even while other server
-	// connections are free. Default: false.
-	PipelineEager bool `yaml:"pipeline_eager"`
+	// PipelineWhen says when a request is pipelined: "fast" (behind
+	// known-fast requests even while other connections are free, the
+	// default) or "busy" (only when every connection is busy).
+	PipelineWhen string `yaml:"pipeline_when"`
 
 	// MaxMessageBytes bounds one client protocol message; a larger one ends
 	// the session with SQLSTATE 08P01. Default: 67108864 (64 MiB).
@@ -453,6 +455,7 @@ func (c *Config) ApplyDefaults() {
 	setIf(&c.StatementCacheSize, 0, DefaultStatementCacheSize)
 	setIf(&c.PipelineDepth, 0, DefaultPipelineDepth)
 	setIf(&c.PipelineFastThreshold, 0, DefaultPipelineFastThreshold)
+	setIf(&c.PipelineWhen, "", DefaultPipelineWhen)
 	setIf(&c.MaxMessageBytes, 0, DefaultMaxMessageBytes)
 	setIf(&c.ShutdownGrace, 0, DefaultShutdownGrace)
 	setIf(&c.LogLevel, "", DefaultLogLevel)
@@ -591,6 +594,9 @@ func (c *Config) Validate() error {
 	}
 	if c.PipelineDepth < 0 {
 		bad("pipeline_depth: %d must not be negative (1 turns pipelining off)", c.PipelineDepth)
+	}
+	if c.PipelineWhen != "fast" && c.PipelineWhen != "busy" {
+		bad("pipeline_when: %q is not fast or busy", c.PipelineWhen)
 	}
 	if c.PipelineFastThreshold < 0 {
 		bad("pipeline_fast_threshold: %s must not be negative", c.PipelineFastThreshold)

@@ -154,7 +154,7 @@ func (s *session) acquireConn(ctx context.Context, b pipeBatch) (*backend.Conn, 
 	if s.p.cfg.PipelineDepth > 1 && s.p.cfg.Mode == ModeTransaction {
 		lp = lanesOf(s.pool)
 	}
-	if b.ok && s.p.cfg.PipelineEager {
+	if b.ok && !s.p.cfg.PipelineBusyOnly {
 		// Known-fast requests share connections even while others are
 		// free: fewer server processes woken, more replies per read.
 		if rd := lp.join(s.newRider(b), b.key, s.p.cfg.PipelineDepth); rd != nil {

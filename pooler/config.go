@@ -115,11 +115,12 @@ type Config struct {
 	// one but its own client. Default: 5ms.
 	PipelineFastThreshold time.Duration
 
-	// PipelineEager writes a qualifying request behind known-fast ones on a
-	// busy connection even while other connections are free, so fewer
-	// server processes do the same work with fewer wake-ups. Default: off
-	// (pipeline only when every connection is busy).
-	PipelineEager bool
+	// PipelineBusyOnly pipelines only when every server connection of the
+	// pool is busy. By default a qualifying request is also written behind
+	// known-fast requests on a busy connection while others are free: fewer
+	// server processes do the same work, with fewer wake-ups and system
+	// calls on both sides, at the cost of waiting behind a few fast queries.
+	PipelineBusyOnly bool
 
 	// StatementCacheSize bounds the prepared statements the pooler keeps on
 	// each server connection in transaction mode; the least recently used

@@ -427,46 +427,54 @@ func TestPipelineClientVanishes(t *testing.T) {
 	}
 }
 
-// TestPipelineEager: with PipelineEager, known-fast requests share server
+// TestPipelineWhenFast: by default known-fast requests share server
 // connections although others are free, and every answer is still the
-// client's own.
-func TestPipelineEager(t *testing.T) {
-	reg := prometheus.NewRegistry()
-	cfg := pooler.Config{PipelineEager: true, PipelineFastThreshold: time.Second}
-	h := newHarness(t, harnessOpts{cluster: sharedCluster(t), poolSize: 8, minPool: 8, cfg: cfg, reg: reg})
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	const clients, rounds = 6, 60
-	var wg sync.WaitGroup
-	errs := make(chan error, clients)
-	for c := range clients {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			conn, err := pgconn.Connect(ctx, h.url())
-			if err != nil {
-				errs <- err
-				return
+// client's own; with PipelineBusyOnly they never do while one is free.
+func TestPipelineWhenFast(t *testing.T) {
+	for _, busyOnly := range []bool{false, true} {
+		t.Run(fmt.Sprintf("busy-only=%v", busyOnly), func(t *testing.T) {
+			reg := prometheus.NewRegistry()
+			cfg := pooler.Config{PipelineBusyOnly: busyOnly, PipelineFastThreshold: time.Second}
+			h := newHarness(t, harnessOpts{cluster: sharedCluster(t), poolSize: 8, minPool: 8, cfg: cfg, reg: reg})
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			defer cancel()
+			const clients, rounds = 6, 60
+			var wg sync.WaitGroup
+			errs := make(chan error, clients)
+			for c := range clients {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					conn, err := pgconn.Connect(ctx, h.url())
+					if err != nil {
+						errs <- err
+						return
+					}
+					defer conn.Close(context.Background())
+					for i := range rounds {
+						want := fmt.Sprintf("%d-%d", c, i)
+						res, err := conn.Exec(ctx, "SELECT '"+want+"'").ReadAll()
+						if err != nil || len(res) != 1 || len(res[0].Rows) != 1 || string(res[0].Rows[0][0]) != want {
+							errs <- fmt.Errorf("client %d round %d: %v %v", c, i, res, err)
+							return
+						}
+					}
+				}()
 			}
-			defer conn.Close(context.Background())
-			for i := range rounds {
-				want := fmt.Sprintf("%d-%d", c, i)
-				res, err := conn.Exec(ctx, "SELECT '"+want+"'").ReadAll()
-				if err != nil || len(res) != 1 || len(res[0].Rows) != 1 || string(res[0].Rows[0][0]) != want {
-					errs <- fmt.Errorf("client %d round %d: %v %v", c, i, res, err)
-					return
-				}
+			wg.Wait()
+			close(errs)
+			for err := range errs {
+				t.Error(err)
 			}
-		}()
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Error(err)
-	}
-	// Six clients never exhaust eight connections: only eagerness pipelines.
-	if metricValue(t, reg, pipelinedMetric, "") == 0 {
-		t.Errorf("no request was pipelined")
+			// Six clients never exhaust eight connections.
+			n := metricValue(t, reg, pipelinedMetric, "")
+			switch {
+			case busyOnly && n != 0:
+				t.Errorf("%v requests pipelined while connections were free", n)
+			case !busyOnly && n == 0:
+				t.Errorf("no request was pipelined")
+			}
+		})
 	}
 }
 

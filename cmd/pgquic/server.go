@@ -130,7 +130,7 @@ func startServer(ctx context.Context, cfg *config.Config, logger *slog.Logger) (
 		StatementCacheSize:     cfg.StatementCacheSize,
 		PipelineDepth:          cfg.PipelineDepth,
 		PipelineFastThreshold:  cfg.PipelineFastThreshold,
-		PipelineEager:          cfg.PipelineEager,
+		PipelineBusyOnly:       cfg.PipelineWhen == "busy",
 		ClientStatementBytes:   cfg.ClientStatementBytes,
 		RoleChanges:            pooler.RoleChangePolicy(cfg.RoleChanges),
 		SessionState:           pooler.SessionStatePolicy(cfg.SessionState),
