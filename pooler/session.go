@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/pgquic/pgquic/backend"
+	"github.com/pgquic/pgquic/internal/front"
 	"github.com/pgquic/pgquic/internal/pgproto"
 	"github.com/pgquic/pgquic/internal/wire"
 )
@@ -42,6 +43,7 @@ type session struct {
 	// Owner-only state.
 	rwc           io.ReadWriteCloser // written with mu and cwMu held (setStream); read under either, or by the owner
 	cr            *wire.Reader
+	waiter        front.ReadWaiter // the client stream, when it can wait for input without reading (see waitClient)
 	secure        bool
 	counted       bool
 	loggedIn      bool
@@ -124,6 +126,7 @@ func newSession(p *Pooler, rwc io.ReadWriteCloser, peer Peer) *session {
 		// than an authentication message; login raises the limit to
 		// MaxMessageLen.
 	}
+	s.waiter, _ = rwc.(front.ReadWaiter)
 	s.rwc = s.countBytes(rwc)
 	s.cr = wire.NewReader(s.rwc, clientReadBuf, min(maxPasswordPacketLen-4, p.cfg.MaxMessageLen))
 	s.cwFn = s.clientWriter
@@ -139,6 +142,7 @@ func newSession(p *Pooler, rwc io.ReadWriteCloser, peer Peer) *session {
 // rwc changes only under s.mu; if the session was closed meanwhile, the new
 // stream is closed too.
 func (s *session) setStream(rwc io.ReadWriteCloser) {
+	s.waiter, _ = rwc.(front.ReadWaiter)
 	rwc = s.countBytes(rwc)
 	s.mu.Lock()
 	s.cwMu.Lock()
@@ -193,6 +197,7 @@ func (s *session) loop(ctx context.Context) error {
 		idle := s.cr.Buffered() == 0
 		if idle {
 			s.armIdle()
+			s.waitClient()
 		}
 		typ, n, err := s.cr.Next()
 		if idle {
@@ -269,6 +274,17 @@ func (s *session) serveReplies() bool {
 		s.mu.Unlock()
 	}
 	return true
+}
+
+// waitClient waits for the client's next message without a read buffer
+// when the client stream can wait for input without reading it
+// (front.ReadWaiter): the buffer goes back to a shared pool meanwhile, so
+// an idle session holds none. A failed wait is left to the read that
+// follows to report.
+func (s *session) waitClient() {
+	if s.waiter != nil && s.cr.Release() {
+		_ = s.waiter.WaitRead()
+	}
 }
 
 // clientGone classifies a failed client read: EOF is a client leaving
