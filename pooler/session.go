@@ -106,6 +106,7 @@ type session struct {
 	// Read by the admin console's snapshots (clients.go): the owner sets
 	// the first three before listed, the last two under mu.
 	started     time.Time   // when the session began
+	stopKill    func() bool // stops the kill on Serve's context (see Pooler.begin)
 	appName     string      // startup application_name
 	console     Console     // non-nil for an admin console session (console.go)
 	listed      atomic.Bool // logged in: user, database, pool and the above are final
@@ -160,27 +161,38 @@ func (s *session) setStream(rwc io.ReadWriteCloser) {
 }
 
 // run executes the session: startup with its timeout, then the message loop.
+// Its frame stays under an idle session's wait for its client, so the
+// startup is done in a function that has returned by then (see
+// Pooler.Serve).
 func (s *session) run(ctx context.Context) error {
+	if ok, err := s.timedStartup(ctx); !ok {
+		return err
+	}
+	s.scratch = nil // it held the greeting; an idle session need not keep it
+	if s.console != nil {
+		return s.serveConsole(ctx)
+	}
+	return s.loop(ctx)
+}
+
+// timedStartup runs the startup phase bounded by StartupTimeout. ok reports
+// that the session goes on; otherwise err is what it ends with (nil after a
+// CancelRequest was served).
+func (s *session) timedStartup(ctx context.Context) (ok bool, err error) {
 	timedOut := atomic.Bool{}
 	t := time.AfterFunc(s.p.cfg.StartupTimeout, func() {
 		timedOut.Store(true)
 		s.closeClient()
 	})
-	err := s.startup(ctx)
+	err = s.startup(ctx)
 	stopped := t.Stop()
 	if errors.Is(err, errCancelHandled) {
-		return nil
+		return false, nil
 	}
 	if !stopped && timedOut.Load() {
-		return fmt.Errorf("startup timeout after %s", s.p.cfg.StartupTimeout)
+		return false, fmt.Errorf("startup timeout after %s", s.p.cfg.StartupTimeout)
 	}
-	if err != nil {
-		return err
-	}
-	if s.console != nil {
-		return s.serveConsole(ctx)
-	}
-	return s.loop(ctx)
+	return err == nil, err
 }
 
 // loop reads client messages until the session ends.

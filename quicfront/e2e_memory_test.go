@@ -294,3 +294,45 @@ func TestE2EIdleSessionRSS(t *testing.T) {
 		})
 	}
 }
+
+// TestE2EIdleSessionStack checks that an idle QUIC session's goroutine sits
+// on a 4 KiB stack once the GC has shrunk it. A query grows the stack to
+// 8 KiB; the runtime halves a stack at a GC only while less than a quarter
+// of it is in use, so the wait for the client's next message (quicfront's
+// runStream, pooler.Serve, run, loop, the QUIC stream's Peek) must stay
+// under about 1.2 KiB of frames. A function on that path that grows its
+// frame doubles what every idle session costs; this test says so directly,
+// where TestE2EIdleSessionRSS only sees the total. The race detector's
+// instrumentation makes frames larger, so it runs without it only.
+func TestE2EIdleSessionStack(t *testing.T) {
+	if raceEnabled {
+		t.Skip("frames are larger under the race detector")
+	}
+	const n = 400
+	e := newE2E(t, e2eOpts{})
+	ctx := testCtx(t, 2*time.Minute)
+	d := e.dialer(t, 2, 1000)
+	cfg, err := pgconn.ParseConfig("postgres://postgres:postgres@quic/postgres?sslmode=disable")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.DialFunc, cfg.LookupFunc = d.DialFunc(), d.LookupFunc()
+	// Two sessions open both QUIC connections and warm the pool, so that
+	// only the sessions' own goroutines are counted.
+	queryEach(t, ctx, openIdle(t, ctx, cfg, 2))
+	stacks := func() uint64 {
+		runtime.GC()
+		runtime.GC() // a stack is halved once per GC: 8 KiB, then 4
+		var ms runtime.MemStats
+		runtime.ReadMemStats(&ms)
+		return ms.StackInuse
+	}
+	before := stacks()
+	queryEach(t, ctx, openIdle(t, ctx, cfg, n))
+	after := stacks()
+	per := float64(after-before) / n
+	t.Logf("goroutine stacks per idle QUIC session after a query: %.0f bytes", per)
+	if per > 6<<10 {
+		t.Errorf("an idle QUIC session's goroutine stack is %.0f bytes after two GCs, want about 4 KiB: a frame on its wait for the client grew", per)
+	}
+}
