@@ -131,11 +131,20 @@ func newSession(p *Pooler, rwc io.ReadWriteCloser, peer Peer) *session {
 	s.rwc = s.countBytes(rwc)
 	s.cr = wire.NewReader(s.rwc, clientReadBuf, min(maxPasswordPacketLen-4, p.cfg.MaxMessageLen))
 	s.cwFn = s.clientWriter
-	s.log = p.log.With("transport", peer.Transport)
-	if peer.Addr != nil {
-		s.log = s.log.With("client", peer.Addr.String())
-	}
+	s.log = s.logger()
 	return s
+}
+
+// logger returns the pooler's logger with the session's transport and
+// client address, and the given attributes. It is built in one With from
+// the pooler's logger, not by adding to the session's: each With copies
+// the handler, and the session keeps its logger as long as it lives.
+func (s *session) logger(attrs ...any) *slog.Logger {
+	base := []any{"transport", s.peer.Transport}
+	if s.peer.Addr != nil {
+		base = append(base, "client", s.peer.Addr.String())
+	}
+	return s.p.log.With(append(base, attrs...)...)
 }
 
 // setStream swaps the client stream after a TLS upgrade. The startup timer
