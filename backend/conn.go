@@ -116,14 +116,24 @@ func (c *Conn) Release() {
 		p.logger.Warn("backend: connection released with buffered data; destroying it",
 			"pid", c.PID, "read_buffered", c.R.Buffered(), "write_buffered", c.W.Buffered())
 		p.destroyRes(res, reasonError)
+		p.notifyReleased()
 		return
 	}
 	if now.Sub(c.createdAt) > p.cfg.ServerLifetime {
 		p.destroyRes(res, reasonLifetime)
+		p.notifyReleased()
 		return
 	}
 	c.lastUsed = now
 	res.Release()
+	p.notifyReleased()
+}
+
+// Expired reports whether the connection is past its ServerLifetime, so a
+// holder that hands it on without a Release should release it instead (and
+// Release will replace it).
+func (c *Conn) Expired() bool {
+	return c.pool != nil && time.Since(c.createdAt) > c.pool.cfg.ServerLifetime
 }
 
 // Destroy closes the connection and removes it from its pool. It is safe in
@@ -136,6 +146,7 @@ func (c *Conn) Destroy() {
 		return
 	}
 	c.pool.destroyRes(res, reasonError)
+	c.pool.notifyReleased()
 }
 
 // initRaw finds the socket under the connection (under TLS too: while the

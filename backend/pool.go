@@ -67,6 +67,10 @@ type Pool struct {
 	// paused stops fillMin while the admin console holds the pool (admin.go).
 	paused atomic.Bool
 
+	// shared is what the pooler keeps with the pool (see Shared).
+	sharedOnce sync.Once
+	shared     atomic.Pointer[any]
+
 	// failures counts consecutive failed attempts to reach MinPool; only the
 	// background loop touches it and retryAt.
 	failures int
@@ -181,6 +185,48 @@ func newPool(cfg PoolConfig, pgcfg *pgconn.Config, logger *slog.Logger, m *Metri
 	p.pp = pp
 	p.metrics = m.forPool(p)
 	return p, nil
+}
+
+// Shared returns the value the layer above keeps with this pool (the
+// pooler's record of which connections several clients share), creating it
+// with init the first time. The backend package never reads it; it lives
+// and goes with the pool, so it needs no registry of its own.
+//
+// When that value implements ReleaseNotifier, it hears of every connection
+// that goes back to the pool or is destroyed.
+func (p *Pool) Shared(init func() any) any {
+	p.sharedOnce.Do(func() {
+		v := init()
+		p.shared.Store(&v)
+	})
+	return *p.shared.Load()
+}
+
+// ReleaseNotifier is implemented by a Shared value that wants to hear when
+// a connection of the pool comes free (or is destroyed, so another may be
+// opened): the pooler keeps its own queue of clients that wait for either a
+// connection or a place on a shared one.
+type ReleaseNotifier interface {
+	// ConnReleased is called after the connection went back to the pool
+	// or was destroyed. It must not block.
+	ConnReleased()
+}
+
+// notifyReleased tells the Shared value, if it listens, that a connection
+// came free.
+func (p *Pool) notifyReleased() {
+	if v := p.shared.Load(); v != nil {
+		if n, ok := (*v).(ReleaseNotifier); ok {
+			n.ConnReleased()
+		}
+	}
+}
+
+// Full reports whether every connection the pool may have is open and none
+// is being opened, so a free connection can only come from a release.
+func (p *Pool) Full() bool {
+	s := p.pp.Stat()
+	return s.TotalResources() >= s.MaxResources() && s.ConstructingResources() == 0
 }
 
 // Database returns the server-side database name of the pool.

@@ -31,33 +31,35 @@ import (
 // pools and the fronts apply as well come from internal/defaults (the ALPN
 // from internal/pgproto), so each is written down once.
 const (
-	DefaultTCPListen            = "127.0.0.1:6432"
-	DefaultQUICListen           = "127.0.0.1:6432"
-	DefaultMetricsListen        = "127.0.0.1:9187"
-	DefaultMode                 = defaults.Mode
-	DefaultRoleChanges          = defaults.RoleChanges
-	DefaultSessionState         = defaults.SessionState
-	DefaultClientStatementBytes = defaults.ClientStatementBytes
-	DefaultPoolSize             = defaults.PoolSize
-	DefaultMinPool              = 2
-	DefaultMaxPools             = defaults.MaxPools
-	DefaultPoolIdleTimeout      = defaults.PoolIdleTimeout
-	DefaultMaxClientConn        = defaults.MaxClients
-	DefaultMaxStartingClients   = defaults.MaxStartingClients
-	DefaultMaxStartingPerSource = defaults.MaxStartingPerSource
-	DefaultALPN                 = pgproto.ALPN
-	DefaultQUICMaxStreams       = defaults.QUICMaxStreamsPerConn
-	DefaultAuthMethod           = "trust"
-	DefaultStartupTimeout       = defaults.StartupTimeout
-	DefaultAcquireTimeout       = defaults.AcquireTimeout
-	DefaultServerLifetime       = defaults.ServerLifetime
-	DefaultServerIdleTimeout    = defaults.ServerIdleTimeout
-	DefaultServerConnectTimeout = defaults.ServerConnectTimeout
-	DefaultStatementCacheSize   = defaults.StatementCacheSize
-	DefaultMaxMessageBytes      = defaults.MaxMessageLen
-	DefaultShutdownGrace        = 30 * time.Second
-	DefaultLogLevel             = "info"
-	DefaultLogFormat            = "text"
+	DefaultTCPListen             = "127.0.0.1:6432"
+	DefaultQUICListen            = "127.0.0.1:6432"
+	DefaultMetricsListen         = "127.0.0.1:9187"
+	DefaultMode                  = defaults.Mode
+	DefaultRoleChanges           = defaults.RoleChanges
+	DefaultSessionState          = defaults.SessionState
+	DefaultClientStatementBytes  = defaults.ClientStatementBytes
+	DefaultPoolSize              = defaults.PoolSize
+	DefaultMinPool               = 2
+	DefaultMaxPools              = defaults.MaxPools
+	DefaultPoolIdleTimeout       = defaults.PoolIdleTimeout
+	DefaultMaxClientConn         = defaults.MaxClients
+	DefaultMaxStartingClients    = defaults.MaxStartingClients
+	DefaultMaxStartingPerSource  = defaults.MaxStartingPerSource
+	DefaultALPN                  = pgproto.ALPN
+	DefaultQUICMaxStreams        = defaults.QUICMaxStreamsPerConn
+	DefaultAuthMethod            = "trust"
+	DefaultStartupTimeout        = defaults.StartupTimeout
+	DefaultAcquireTimeout        = defaults.AcquireTimeout
+	DefaultServerLifetime        = defaults.ServerLifetime
+	DefaultServerIdleTimeout     = defaults.ServerIdleTimeout
+	DefaultServerConnectTimeout  = defaults.ServerConnectTimeout
+	DefaultStatementCacheSize    = defaults.StatementCacheSize
+	DefaultPipelineDepth         = defaults.PipelineDepth
+	DefaultPipelineFastThreshold = defaults.PipelineFastThreshold
+	DefaultMaxMessageBytes       = defaults.MaxMessageLen
+	DefaultShutdownGrace         = 30 * time.Second
+	DefaultLogLevel              = "info"
+	DefaultLogFormat             = "text"
 )
 
 // Config is the whole pgquic server configuration. The zero value of a field
@@ -249,6 +251,21 @@ type Config struct {
 	// connection in transaction mode. Default: 256.
 	StatementCacheSize int `yaml:"statement_cache_size"`
 
+	// PipelineDepth bounds the clients' requests written at once on one
+	// server connection in transaction mode (cross-client pipelining: when
+	// every connection is busy, a complete implicit transaction is written
+	// behind others instead of waiting). 1 turns it off. Default: 4.
+	PipelineDepth int `yaml:"pipeline_depth"`
+
+	// PipelineFastThreshold is the average answer time under which a kind
+	// of query may have other clients' requests written behind it.
+	// Default: 5ms.
+	PipelineFastThreshold time.Duration `yaml:"pipeline_fast_threshold"`
+
+	// PipelineEager pipelines known-fast requests even while other server
+	// connections are free. Default: false.
+	PipelineEager bool `yaml:"pipeline_eager"`
+
 	// MaxMessageBytes bounds one client protocol message; a larger one ends
 	// the session with SQLSTATE 08P01. Default: 67108864 (64 MiB).
 	MaxMessageBytes int `yaml:"max_message_bytes"`
@@ -434,6 +451,8 @@ func (c *Config) ApplyDefaults() {
 	setIf(&c.ServerIdleTimeout, 0, DefaultServerIdleTimeout)
 	setIf(&c.ServerConnectTimeout, 0, DefaultServerConnectTimeout)
 	setIf(&c.StatementCacheSize, 0, DefaultStatementCacheSize)
+	setIf(&c.PipelineDepth, 0, DefaultPipelineDepth)
+	setIf(&c.PipelineFastThreshold, 0, DefaultPipelineFastThreshold)
 	setIf(&c.MaxMessageBytes, 0, DefaultMaxMessageBytes)
 	setIf(&c.ShutdownGrace, 0, DefaultShutdownGrace)
 	setIf(&c.LogLevel, "", DefaultLogLevel)
@@ -569,6 +588,12 @@ func (c *Config) Validate() error {
 		if d.v < 0 {
 			bad("%s: %v must not be negative", d.key, d.v)
 		}
+	}
+	if c.PipelineDepth < 0 {
+		bad("pipeline_depth: %d must not be negative (1 turns pipelining off)", c.PipelineDepth)
+	}
+	if c.PipelineFastThreshold < 0 {
+		bad("pipeline_fast_threshold: %s must not be negative", c.PipelineFastThreshold)
 	}
 	if c.StatementCacheSize < 0 {
 		bad("statement_cache_size: %d must not be negative", c.StatementCacheSize)

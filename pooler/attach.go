@@ -32,20 +32,30 @@ func (s *session) currentLocked() *attachment {
 // pool and on the server (parameter sync), so attachLocked releases s.mu
 // for that while and takes it again before it returns, on success and on
 // error alike: the caller unlocks, as it locked.
+//
+// The handler of a message that may begin a request sets s.pipeTyp and
+// s.pipeBody first, so the request can be considered for pipelining.
 func (s *session) attachLocked(ctx context.Context) (*attachment, error) {
+	typ, body := s.pipeTyp, s.pipeBody
+	s.pipeTyp, s.pipeBody = 0, nil
 	if a := s.currentLocked(); a != nil {
 		return a, nil
 	}
 	if s.draining {
 		return nil, fatal(pgproto.CodeAdminShutdown, "the pooler is shutting down", ErrShuttingDown)
 	}
+	b := s.pipelineCheckLocked(typ, body)
 	s.mu.Unlock()
-	conn, sync, err := s.connect(ctx)
+	conn, rd, sync, err := s.connect(ctx, b)
 	s.mu.Lock()
 	if err != nil {
 		return nil, err
 	}
 	a := s.startAttachmentLocked(conn)
+	a.rider = rd
+	if rd != nil && rd.joined {
+		s.p.m.pipelined.Inc()
+	}
 	if sync != "" {
 		// The client's parameters, pipelined ahead of its message.
 		s.push(a, entry{kind: eQuery, quiet: true, params: &paramQuery{sync: true}})
@@ -61,25 +71,66 @@ func (s *session) attachLocked(ctx context.Context) (*attachment, error) {
 // with the client's, or returns the query that does so for the caller to
 // pipeline (see syncParams). It blocks on the pool and on the server, so
 // s.mu must not be held.
-func (s *session) connect(ctx context.Context) (*backend.Conn, string, error) {
+//
+// A request that may share a server connection (b.ok, see pipeline.go) is
+// returned with its rider, which holds the connection's state lock until
+// the request is written.
+func (s *session) connect(ctx context.Context, b pipeBatch) (*backend.Conn, *rider, string, error) {
 	if err := s.flushClient(); err != nil { // a previous relay may still hold bytes
-		return nil, "", err
+		return nil, nil, "", err
 	}
-	conn, err := s.acquireConn(ctx)
-	if err != nil {
-		return nil, "", err
-	}
-	sync, err := s.syncParams(ctx, conn)
-	if err != nil {
-		var pe *PGError
-		if errors.As(err, &pe) && pe.Severity != "FATAL" {
-			conn.Release() // the SET failed cleanly; the server is idle again
-		} else {
-			conn.Destroy()
+	for {
+		conn, rd, err := s.acquireConn(ctx, b)
+		if err != nil {
+			return nil, nil, "", err
 		}
-		return nil, "", err
+		if rd != nil && rd.joined && !s.riderSynced(rd) {
+			// The connection's parameters are not the client's after
+			// all: step back and wait for a connection of its own.
+			s.releaseConn(conn, rd, false)
+			b.ok = false
+			continue
+		}
+		sync, err := s.syncParams(ctx, conn)
+		if err != nil {
+			var pe *PGError
+			if errors.As(err, &pe) && pe.Severity != "FATAL" {
+				s.releaseConn(conn, rd, false) // the SET failed cleanly; the server is idle again
+			} else {
+				s.releaseConn(conn, rd, true)
+			}
+			return nil, nil, "", err
+		}
+		if rd != nil && !rd.joined {
+			rd.l.lp.mu.Lock()
+			rd.l.key = s.desiredKey() // in the server's spelling now
+			rd.l.lp.mu.Unlock()
+		}
+		return conn, rd, sync, nil
 	}
-	return conn, sync, nil
+}
+
+// releaseConn gives back a connection borrowed by connect that the session
+// will not use after all.
+func (s *session) releaseConn(conn *backend.Conn, rd *rider, destroy bool) {
+	if rd == nil {
+		if destroy {
+			conn.Destroy()
+		} else {
+			conn.Release()
+		}
+		return
+	}
+	if rd.stLocked {
+		rd.stLocked = false
+		rd.l.stMu.Unlock()
+	}
+	rd.l.lp.doneWriting(rd, s.p.cfg.PipelineDepth)
+	if !rd.myTurn {
+		<-rd.turn
+		rd.myTurn = true
+	}
+	s.p.leave(rd, destroy)
 }
 
 // startRelayLocked starts the relay goroutine for a. s.mu must be held.
@@ -89,16 +140,40 @@ func (s *session) startRelayLocked(a *attachment) {
 	go s.relay(a)
 }
 
-// acquireConn borrows a server connection, bounded by AcquireTimeout.
-func (s *session) acquireConn(ctx context.Context) (*backend.Conn, error) {
+// acquireConn borrows a server connection, bounded by AcquireTimeout. A
+// request that may share one (b.ok) takes a free connection as the first
+// of a lane, or, when none is free, a place on a busy connection's lane; the
+// rider is returned with the connection.
+func (s *session) acquireConn(ctx context.Context, b pipeBatch) (*backend.Conn, *rider, error) {
 	if s.p.gate.on.Load() && s.listed.Load() { // PAUSE or KILL holds some database (pause.go)
 		if err := s.waitGate(ctx); err != nil {
-			return nil, err
+			return nil, nil, err
+		}
+	}
+	var lp *lanePool
+	if s.p.cfg.PipelineDepth > 1 && s.p.cfg.Mode == ModeTransaction {
+		lp = lanesOf(s.pool)
+	}
+	if b.ok && s.p.cfg.PipelineEager {
+		// Known-fast requests share connections even while others are
+		// free: fewer server processes woken, more replies per read.
+		if rd := lp.join(s.newRider(b), b.key, s.p.cfg.PipelineDepth); rd != nil {
+			s.p.m.waitSeconds.Observe(0)
+			return rd.l.conn, rd, nil
 		}
 	}
 	if conn, err := s.pool.TryAcquire(ctx); err == nil {
 		s.p.m.waitSeconds.Observe(0)
-		return conn, nil
+		if b.ok {
+			return conn, lanesOf(conn.Pool()).lead(conn, s.newRider(b), b.key), nil
+		}
+		return conn, nil, nil
+	}
+	if b.ok {
+		if rd := lp.join(s.newRider(b), b.key, s.p.cfg.PipelineDepth); rd != nil {
+			s.p.m.waitSeconds.Observe(0)
+			return rd.l.conn, rd, nil
+		}
 	}
 	start := time.Now()
 	tctx, cancel := context.WithTimeout(ctx, s.p.timeout(&s.p.tmo.acquire))
@@ -112,8 +187,34 @@ func (s *session) acquireConn(ctx context.Context) (*backend.Conn, error) {
 	if s.peer.Probe != nil {
 		s.markStuck()
 	}
-	conn, err := s.pool.Acquire(actx)
-	if errors.Is(err, backend.ErrPoolClosed) && ctx.Err() == nil {
+	var conn *backend.Conn
+	var rd *rider
+	var err error
+	if b.ok && s.pool.Full() {
+		rd, conn, err = s.waitOnLanes(actx, lp, b)
+	}
+	if rd == nil && err == nil {
+		var w *laneWaiter
+		switch {
+		case b.ok:
+			w = lp.wait(s.newRider(b), b.key, cancelWait)
+		case lp != nil:
+			lp.waitExclusive(1)
+		}
+		conn, err = s.pool.Acquire(actx)
+		switch {
+		case w != nil:
+			if rd = lp.unwait(w); rd != nil {
+				if err == nil {
+					conn.Release() // the place on the lane came first
+				}
+				conn, err = rd.l.conn, nil
+			}
+		case lp != nil:
+			lp.waitExclusive(-1)
+		}
+	}
+	if rd == nil && errors.Is(err, backend.ErrPoolClosed) && ctx.Err() == nil {
 		// The pool source replaced its pools (a configuration reload)
 		// since this session looked its pool up: use the new one.
 		if np, perr := s.p.pools.Pool(ctx, s.database, s.user); perr == nil && np != s.pool {
@@ -133,31 +234,34 @@ func (s *session) acquireConn(ctx context.Context) (*backend.Conn, error) {
 	s.p.m.waitSeconds.Observe(time.Since(start).Seconds())
 	if err != nil {
 		if errors.Is(context.Cause(actx), errCanceledByClient) {
-			return nil, pgerr(pgproto.CodeQueryCanceled, "canceling statement due to user request", err)
+			return nil, nil, pgerr(pgproto.CodeQueryCanceled, "canceling statement due to user request", err)
 		}
 		if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
 			st := s.pool.Stat()
-			return nil, pgerr(pgproto.CodeTooManyConnections,
+			return nil, nil, pgerr(pgproto.CodeTooManyConnections,
 				fmt.Sprintf("no server connection became free within %s (pool of %d for database %q, user %q is busy)",
 					s.p.timeout(&s.p.tmo.acquire), st.Total, s.database, s.user), err)
 		}
 		if ctx.Err() != nil {
-			return nil, fatal(pgproto.CodeAdminShutdown, "the pooler is shutting down", err)
+			return nil, nil, fatal(pgproto.CodeAdminShutdown, "the pooler is shutting down", err)
 		}
 		var se *pgconn.PgError
 		if errors.As(err, &se) {
 			// The server refused the login (unknown role, database, too
 			// many connections...): pass its own error on.
-			return nil, &PGError{Severity: "ERROR", Code: se.Code, Message: se.Message, Detail: se.Detail, Hint: se.Hint, Err: err}
+			return nil, nil, &PGError{Severity: "ERROR", Code: se.Code, Message: se.Message, Detail: se.Detail, Hint: se.Hint, Err: err}
 		}
 		if errors.Is(err, backend.ErrTooManyPools) {
 			// The session's pool was retired while it idled and no new
 			// one may be opened now.
-			return nil, pgerr(pgproto.CodeTooManyConnections, fmt.Sprintf("sorry, too many pools already: no pool for database %q user %q (max_pools)", s.database, s.user), err)
+			return nil, nil, pgerr(pgproto.CodeTooManyConnections, fmt.Sprintf("sorry, too many pools already: no pool for database %q user %q (max_pools)", s.database, s.user), err)
 		}
-		return nil, pgerr(pgproto.CodeConnectionFailure, "could not connect to the server", err)
+		return nil, nil, pgerr(pgproto.CodeConnectionFailure, "could not connect to the server", err)
 	}
-	return conn, nil
+	if b.ok && rd == nil {
+		rd = lanesOf(conn.Pool()).lead(conn, s.newRider(b), b.key)
+	}
+	return conn, rd, nil
 }
 
 // startAttachmentLocked makes conn the session's server connection and, in

@@ -39,9 +39,18 @@ type cancelGroup struct {
 // nothing runs on a server (no attachment, already released, or nothing
 // pending). s.mu must be held: checking and registering under one lock is
 // what keeps the connection from being released in between.
+//
+// On a connection shared with other clients' requests (pipeline.go) the
+// cancel is sent only while the client's request is the only one there;
+// otherwise it waits for the requests ahead to finish (awaitTurn) and is
+// dropped if others were written behind it, since the server cannot tell
+// whose query it would stop.
 func (s *session) beginCancelLocked() (*backend.Conn, *cancelGroup) {
 	a := s.att
 	if a == nil || a.released || a.pending() == 0 {
+		return nil, nil
+	}
+	if rd := a.rider; rd != nil && !rd.l.lp.cancelable(rd) {
 		return nil, nil
 	}
 	g := a.cancels

@@ -101,6 +101,26 @@ type Config struct {
 	// client; PostgreSQL's statement_timeout). Zero disables it, the default.
 	QueryTimeout time.Duration
 
+	// PipelineDepth bounds the client requests written at once on one
+	// server connection in transaction mode (cross-client pipelining, see
+	// pipeline.go): when every connection of a pool is busy, a client's
+	// complete implicit transaction may be written behind up to
+	// PipelineDepth-1 others instead of waiting. 1 turns pipelining off.
+	// Default: 4.
+	PipelineDepth int
+
+	// PipelineFastThreshold is how quickly, on average, the server must
+	// have answered a kind of query (by lexer fingerprint) before another
+	// client's request is written behind one, so a slow query holds up no
+	// one but its own client. Default: 5ms.
+	PipelineFastThreshold time.Duration
+
+	// PipelineEager writes a qualifying request behind known-fast ones on a
+	// busy connection even while other connections are free, so fewer
+	// server processes do the same work with fewer wake-ups. Default: off
+	// (pipeline only when every connection is busy).
+	PipelineEager bool
+
 	// StatementCacheSize bounds the prepared statements the pooler keeps on
 	// each server connection in transaction mode; the least recently used
 	// one is closed beyond it (PgBouncer's max_prepared_statements).
@@ -212,6 +232,15 @@ func (c *Config) Validate() error {
 	}
 	if c.ResetQuery == "" {
 		c.ResetQuery = defaults.ResetQuery
+	}
+	if c.PipelineDepth < 0 || c.PipelineFastThreshold < 0 {
+		return errors.New("pooler: pipeline depth and threshold must not be negative")
+	}
+	if c.PipelineDepth == 0 {
+		c.PipelineDepth = defaults.PipelineDepth
+	}
+	if c.PipelineFastThreshold == 0 {
+		c.PipelineFastThreshold = defaults.PipelineFastThreshold
 	}
 	if c.MaxStartingClients < 0 || c.MaxStartingPerSource < 0 {
 		return errors.New("pooler: limits must not be negative")

@@ -104,7 +104,7 @@ func (s *session) canonicalStartup(ctx context.Context, defaults map[string]stri
 		s.paramKey = ""
 		return nil
 	}
-	conn, err := s.acquireConn(ctx)
+	conn, _, err := s.acquireConn(ctx, pipeBatch{})
 	if err != nil {
 		return err
 	}

@@ -56,6 +56,9 @@ type sqlInfo struct {
 	schema    bool     // CREATE, ALTER or DROP: statements prepared before may have changed shape
 
 	pins pinInfo // unmovable session state (pin.go)
+
+	pipe bool   // nothing but plain statements: may share a server connection (pipeline.go)
+	fp   uint64 // the text's fingerprint when pipe (sqllex.Fingerprint)
 }
 
 // inspectSQL reads what a Query's or Parse's text does to transactions and
@@ -67,6 +70,9 @@ func inspectSQL(sql []byte) sqlInfo {
 	text := unsafe.String(&sql[0], len(sql)) // sql is not modified while text is in use
 	sum := sqllex.Classify(text).Flags
 	info := sqlInfo{pins: readPins(text, sum), copy: sum&sqllex.Copy != 0, schema: sum&sqllex.SchemaChange != 0}
+	if sum == 0 {
+		info.pipe, info.fp = true, sqllex.Fingerprint(text)
+	}
 	if sum&(identityChange|sqllex.Transaction|sessionParams|sqllex.DiscardAll) == 0 {
 		return info
 	}

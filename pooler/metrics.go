@@ -14,6 +14,7 @@ type metrics struct {
 	sessions     *prometheus.CounterVec
 	transactions prometheus.Counter
 	assignments  prometheus.Counter
+	pipelined    prometheus.Counter
 	errors       *prometheus.CounterVec
 	prepares     prometheus.Counter
 	cancels      prometheus.Counter
@@ -40,6 +41,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		assignments: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: "pgquic", Subsystem: "pooler", Name: "server_assignments_total",
 			Help: "Times a server connection was lent to a client and returned (per transaction in transaction mode, per session in session mode).",
+		}),
+		pipelined: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "pgquic", Subsystem: "pooler", Name: "pipelined_requests_total",
+			Help: "Client requests (complete implicit transactions) written on a busy server connection behind other clients' requests instead of waiting for a free one (cross-client pipelining).",
 		}),
 		errors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "pgquic", Subsystem: "pooler", Name: "errors_total",
@@ -82,6 +87,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	adopt(reg, &m.sessions, &errs)
 	adopt(reg, &m.transactions, &errs)
 	adopt(reg, &m.assignments, &errs)
+	adopt(reg, &m.pipelined, &errs)
 	adopt(reg, &m.errors, &errs)
 	adopt(reg, &m.prepares, &errs)
 	adopt(reg, &m.cancels, &errs)

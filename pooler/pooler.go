@@ -61,6 +61,7 @@ type Pooler struct {
 	endedBytes map[string]*[2]uint64
 	canon      canonTable // the server's spelling of clients' startup values (greeting.go)
 	stale      staleGens  // statements whose result type changed (stale.go)
+	lat        latTable   // how fast each kind of query is answered (pipeline.go)
 
 	consoleRef atomic.Pointer[consoleHolder] // the admin console, nil without one (console.go)
 	gate       pauseGate                     // databases held by PAUSE or KILL (pause.go)

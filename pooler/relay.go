@@ -83,6 +83,7 @@ type attachment struct {
 	done       chan struct{}
 
 	cancels *cancelGroup // cancels forwarded to this connection (see cancel.go)
+	rider   *rider       // the request shares the connection with other clients' (pipeline.go); owner-only
 
 	replay      *replayLog // the current pipeline as recorded for a retry, or nil (stale.go)
 	heldT       []byte     // ParameterDescription of a Describe that may yet be retried (stale.go)
@@ -197,6 +198,14 @@ func (s *session) relayInline(a *attachment) relayResult {
 // one goroutine at a time for a given attachment: the owner inline, or the
 // relay goroutine.
 func (s *session) relayOne(a *attachment) relayResult {
+	rd := a.rider
+	if rd != nil && !rd.myTurn {
+		// Other clients' replies come first on a shared connection.
+		if err := s.awaitTurn(a, rd); err != nil {
+			s.serverLost(a, err)
+			return relayLost
+		}
+	}
 	r := a.conn.R
 	if r.Buffered() == 0 {
 		s.relayFlush(a)
@@ -240,6 +249,11 @@ func (s *session) relayOne(a *attachment) relayResult {
 	if err != nil {
 		s.serverLost(a, err)
 		return relayLost
+	}
+	if rd != nil {
+		// The connection's statement cache and parameters are shared
+		// with the rider writing behind us.
+		rd.l.stMu.Lock()
 	}
 	s.mu.Lock()
 	head := a.front()
@@ -397,16 +411,46 @@ func (s *session) relayOne(a *attachment) relayResult {
 	}
 	s.emitSynthetic(a)
 	if typ == 'Z' && a.pending() == 0 {
+		if rd != nil && a.status != 'I' {
+			s.mu.Unlock()
+			rd.l.stMu.Unlock()
+			return s.riderLeftOpen(a, rd)
+		}
 		if s.releasable(a) {
 			a.released = true
 			s.mu.Unlock()
+			if rd != nil {
+				rd.l.stMu.Unlock()
+			}
 			s.finishRelease(a)
 			return relayReleased
 		}
 		result = relayWaiting
 	}
 	s.mu.Unlock()
+	if rd != nil {
+		rd.l.stMu.Unlock()
+	}
 	return result
+}
+
+// riderLeftOpen handles a request on a shared connection that left a
+// transaction block open, which the lexer should have ruled out: alone on
+// the connection, the session keeps it as any open transaction would;
+// with others behind it, whose requests would run inside this
+// transaction, the connection is closed (rolling everything back) and
+// every client on it is told.
+func (s *session) riderLeftOpen(a *attachment, rd *rider) relayResult {
+	if rd.l.lp.detach(rd) {
+		s.mu.Lock()
+		a.rider = nil
+		s.mu.Unlock()
+		return relayWaiting
+	}
+	s.log.Error("a pipelined request left a transaction open; closing the shared server connection")
+	rd.l.lp.fail(rd, errLeftOpen)
+	s.serverLost(a, errLeftOpen)
+	return relayLost
 }
 
 // statementError brings the statement cache back in line when the server
@@ -513,9 +557,12 @@ func (s *session) finishRelease(a *attachment) {
 			destroy = true
 		}
 	}
-	if destroy {
+	switch {
+	case a.rider != nil:
+		s.p.leave(a.rider, destroy) // the next client's replies, or back to the pool
+	case destroy:
 		a.conn.Destroy()
-	} else {
+	default:
 		a.conn.Release()
 	}
 	s.p.m.assignments.Inc()
@@ -570,6 +617,9 @@ func (s *session) serverLost(a *attachment, err error) {
 	}
 	s.wmu.Lock()
 	s.wmu.Unlock() //nolint:staticcheck // waits for the owner's in-flight flush
+	if rd := a.rider; rd != nil {
+		rd.l.lp.fail(rd, errors.Join(ErrServerLost, err)) // every client on the connection
+	}
 	a.conn.Destroy()
 	s.closeClient()
 }

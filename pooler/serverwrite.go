@@ -49,7 +49,11 @@ func (s *session) sendOut() error {
 	}
 	if n > conn.W.Available() {
 		s.mu.Lock()
-		if !a.released && !a.relaying && a.pending() > 0 {
+		if !a.released && !a.relaying && a.pending() > 0 && a.rider == nil {
+			// (A request on a shared connection is read inline once
+			// complete, in its turn: the session must not read its
+			// client meanwhile, or its next request would follow others'
+			// on that connection.)
 			s.startRelayLocked(a)
 		}
 		s.mu.Unlock()
@@ -117,8 +121,14 @@ func (s *session) serverWriteFailed(err error) {
 	s.mu.Unlock()
 }
 
-// flushAll pushes buffered bytes to the server and to the client.
+// flushAll pushes buffered bytes to the server and to the client. A request
+// written on a shared server connection is complete by then (pipeline.go):
+// the next client's may follow it.
 func (s *session) flushAll() error {
+	var rd *rider
+	if a := s.att; a != nil && a.rider != nil {
+		rd = a.endWrite() // before the flush, which may wait for the server to read
+	}
 	if s.wlocked {
 		err := s.wconn.W.Flush()
 		s.wlocked = false
@@ -127,6 +137,9 @@ func (s *session) flushAll() error {
 		if err != nil {
 			s.serverWriteFailed(err)
 		}
+	}
+	if rd != nil {
+		rd.l.lp.doneWriting(rd, s.p.cfg.PipelineDepth)
 	}
 	return s.flushClient()
 }

@@ -67,6 +67,9 @@ type session struct {
 	outFwd        bool        // then forward the current client message raw
 	msgLen        int         // length of the current client message, header included
 	curTyp        byte        // type of the current client message
+	pipeTyp       byte        // the message a server connection is wanted for, for pipelineCheckLocked; 0 when none
+	pipeBody      []byte      // its body
+	rider         rider       // memory for the session's request on a shared server connection (pipeline.go)
 
 	cwMu sync.Mutex
 	cw   *bufio.Writer        // nil while idle (see flushClient)

@@ -149,6 +149,11 @@ func (s *session) armReplay(a *attachment, st *stmt) {
 	if a.relaying || a.skipping || a.status != 'I' || a.begun || s.p.cfg.Mode != ModeTransaction {
 		return
 	}
+	if rd := a.rider; rd != nil && !rd.l.lp.solo(rd) {
+		// Behind other clients' requests a retry would run after
+		// theirs: the client gets the error once.
+		return
+	}
 	for i := a.head; i < len(a.queue); i++ {
 		e := &a.queue[i]
 		if !e.injected && !e.quiet && (e.kind != eSynthetic || e.rfq) {

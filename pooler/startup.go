@@ -442,7 +442,7 @@ func (s *session) login(ctx context.Context, sp *startupParams, authenticated fu
 	// reaches new clients once the old connections are gone.
 	defaults := pool.ServerParams()
 	if defaults == nil || p.cfg.Mode == ModeSession {
-		conn, err := s.acquireConn(ctx)
+		conn, _, err := s.acquireConn(ctx, pipeBatch{})
 		if err != nil {
 			return s.fail(asFatal(err))
 		}

@@ -93,6 +93,8 @@ type serverState struct {
 	syncedKey  string // parameters of the last session synced, serialised (see syncParams)
 	lastUser   uint64 // session that last borrowed the connection (see reapplyParams)
 	dirtyAll   bool   // a client ran RESET ALL or set_config of an unknown parameter
+
+	lane *lane // the clients' requests sharing the connection (pipeline.go)
 }
 
 type cachedStmt struct {
@@ -294,6 +296,7 @@ func (s *session) handleParse(ctx context.Context) error {
 	}
 	if len(nameB) == 0 {
 		s.mu.Lock()
+		s.pipeTyp, s.pipeBody = 'P', body
 		a, err := s.attachLocked(ctx)
 		if err != nil {
 			s.mu.Unlock()
@@ -313,6 +316,7 @@ func (s *session) handleParse(ctx context.Context) error {
 	}
 	name := string(nameB)
 	s.mu.Lock()
+	s.pipeTyp, s.pipeBody = 'P', body
 	a, err := s.attachLocked(ctx)
 	if err != nil {
 		s.mu.Unlock()
@@ -394,6 +398,7 @@ func (s *session) handleBind(ctx context.Context) error {
 		}
 	}
 	s.mu.Lock()
+	s.pipeTyp, s.pipeBody = 'B', body
 	a, err := s.attachLocked(ctx)
 	if err != nil {
 		s.mu.Unlock()
@@ -459,6 +464,7 @@ func (s *session) handleDescribe(ctx context.Context) error {
 		return fatal(pgproto.CodeProtocolViolation, "invalid Describe message", nil)
 	}
 	s.mu.Lock()
+	s.pipeTyp, s.pipeBody = 'D', body
 	a, err := s.attachLocked(ctx)
 	if err != nil {
 		s.mu.Unlock()
@@ -577,6 +583,7 @@ func (s *session) handleQuery(ctx context.Context) error {
 		return s.raise(err, true)
 	}
 	s.mu.Lock()
+	s.pipeTyp, s.pipeBody = 'Q', body
 	a, err := s.attachLocked(ctx)
 	if err != nil {
 		s.mu.Unlock()

@@ -76,6 +76,46 @@ func (s *session) closeClient() {
 	}
 }
 
+// closeRiderLocked ends the session's part in a request on a shared server
+// connection (pipeline.go) when its client leaves: a request cut short
+// before its Sync is ended with a failing message and a Sync, so it rolls
+// back without touching the requests behind it; its replies are read in
+// turn and dropped by the relay, and the connection is left to the other
+// clients on it. It reports false when the session was killed: the caller
+// then drops the connection as for any request still running. s.mu must be
+// held.
+func (s *session) closeRiderLocked(a *attachment) bool {
+	rd := a.rider
+	a.clientGone.Store(true)
+	a.closing = true
+	if rd.stLocked {
+		if n := len(a.queue); !s.killed && a.pending() > 0 && a.queue[n-1].kind != eSync && a.queue[n-1].kind != eQuery {
+			s.abortWriteLocked(a)
+		}
+		if err := a.conn.W.Flush(); err != nil {
+			_ = a.conn.NetConn().Close() // the reader finds out and fails the lane
+		}
+		rd.stLocked = false
+		rd.l.stMu.Unlock()
+		rd.l.lp.doneWriting(rd, s.p.cfg.PipelineDepth)
+	}
+	if s.killed {
+		return false
+	}
+	if a.pending() == 0 {
+		// Nothing of this client's is on the connection: step off the
+		// lane once the clients ahead have read their replies.
+		a.released = true
+		s.busy.Store(false)
+		go s.releaseConn(a.conn, rd, false)
+		return true
+	}
+	if !a.relaying {
+		s.startRelayLocked(a)
+	}
+	return true
+}
+
 // close ends the session after the owner loop returned: any attached server
 // connection is cleaned up (rolled back, or destroyed when that is not
 // possible), the relay is waited for and the client stream is closed.
@@ -94,7 +134,11 @@ func (s *session) close() {
 	if a != nil && a.released && !a.relaying {
 		a = nil // returned inline; no goroutine to wait for
 	}
-	if a != nil && !a.released {
+	if a != nil && !a.released && a.rider != nil && s.closeRiderLocked(a) {
+		if a.released {
+			a = nil
+		}
+	} else if a != nil && !a.released {
 		a.clientGone.Store(true)
 		a.closing = true
 		if !a.relaying {
@@ -159,10 +203,12 @@ func (s *session) close() {
 		select {
 		case <-a.done:
 		case <-time.After(10 * time.Second):
-			s.mu.Lock()
-			a.destroy = true
-			s.mu.Unlock()
-			_ = a.conn.NetConn().Close()
+			if a.rider == nil { // a shared connection is not this client's to close
+				s.mu.Lock()
+				a.destroy = true
+				s.mu.Unlock()
+				_ = a.conn.NetConn().Close()
+			}
 			<-a.done
 		}
 	}

@@ -104,7 +104,9 @@ func (s *session) abandon(cause error) {
 			s.abandoned, s.abandonAt = a, time.Now()
 			a.clientGone.Store(true)
 			conn, g = s.beginCancelLocked()
-		case time.Since(s.abandonAt) >= watchInterval/2:
+		case time.Since(s.abandonAt) >= watchInterval/2 && a.rider == nil:
+			// (A request on a shared connection is left to finish: the
+			// connection is not this client's to close.)
 			// Still waiting a tick after the cancel: the request did not
 			// stop. Drop the connection, as the session's cleanup does
 			// for a request that is still running.

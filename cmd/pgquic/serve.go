@@ -129,6 +129,9 @@ func parseServeFlags(args []string, stdout, stderr io.Writer) (*config.Config, e
 		clientIdle  = fs.Duration("client-idle-timeout", 0, "end a client idle this long outside a transaction (FATAL 57P05); 0 disables")
 		queryTO     = fs.Duration("query-timeout", 0, "cancel a request the server has not answered within this long (57014, the session goes on); 0 disables")
 		procs       = fs.Int("procs", 0, "OS threads running Go code (GOMAXPROCS); 0 means half the CPUs, at least 1")
+		pipeDepth   = fs.Int("pipeline-depth", config.DefaultPipelineDepth, "transaction mode: at most this many clients' requests written at once on one busy server connection (cross-client pipelining); 1 or 0 turns it off")
+		pipeEager   = fs.Bool("pipeline-eager", false, "pipeline known-fast requests even while other server connections are free")
+		pipeFast    = fs.Duration("pipeline-fast-threshold", config.DefaultPipelineFastThreshold, "pipeline behind a kind of query only if the server answered it within this long on average")
 	)
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), serveUsage)
@@ -210,6 +213,12 @@ func parseServeFlags(args []string, stdout, stderr io.Writer) (*config.Config, e
 			cfg.QueryTimeout = *queryTO
 		case "procs":
 			cfg.Procs = *procs
+		case "pipeline-depth":
+			cfg.PipelineDepth = max(*pipeDepth, 1) // 0 on the command line means off, not the default
+		case "pipeline-eager":
+			cfg.PipelineEager = *pipeEager
+		case "pipeline-fast-threshold":
+			cfg.PipelineFastThreshold = *pipeFast
 		}
 	})
 	cfg.ApplyDefaults()

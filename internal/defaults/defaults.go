@@ -44,6 +44,12 @@ const (
 	// session state it cannot move (temporary tables, LISTEN, session
 	// advisory locks, WITH HOLD cursors, SQL PREPARE) outside a block.
 	SessionState = "pin"
+	// PipelineDepth bounds the client requests written at once on one
+	// server connection (cross-client pipelining); 1 turns it off.
+	PipelineDepth = 4
+	// PipelineFastThreshold is the average answer time under which a kind
+	// of query may have other clients' requests written behind it.
+	PipelineFastThreshold = 5 * time.Millisecond
 	// ResetQuery resets a server connection a session-mode client leaves.
 	ResetQuery = "DISCARD ALL"
 )

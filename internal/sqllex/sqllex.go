@@ -135,3 +135,33 @@ func summarize(sql string, escapeStrings bool) summary {
 	})
 	return s
 }
+
+// Fingerprint hashes sql's shape: its keywords, identifiers, operators and
+// punctuation, with constants (strings, dollar-quoted strings, numbers) and
+// comments left out and unquoted words folded to lower case. Texts that
+// differ only in their literal values, as a simple-protocol client's
+// queries do, share a fingerprint, so a pooler can keep statistics per kind
+// of query without keeping the texts. It does not allocate.
+func Fingerprint(sql string) uint64 {
+	const prime = 1099511628211
+	h := uint64(14695981039346656037)
+	l := lexer{src: sql}
+	for {
+		t := l.next()
+		if t.kind == tEOF {
+			return h
+		}
+		h = (h ^ uint64(t.kind)) * prime
+		switch t.kind {
+		case tString, tDollar, tNumber:
+			continue
+		}
+		for i := t.start; i < t.end; i++ {
+			c := sql[i]
+			if t.kind == tIdent && 'A' <= c && c <= 'Z' {
+				c += 'a' - 'A'
+			}
+			h = (h ^ uint64(c)) * prime
+		}
+	}
+}

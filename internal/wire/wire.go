@@ -131,6 +131,19 @@ func readerPool(size int) *sync.Pool {
 	return p
 }
 
+// Peek returns the bytes already buffered after the message last consumed,
+// without consuming them, or nil while the current message is not fully
+// consumed. The slice aliases the read buffer and is valid only until the
+// next call on the Reader. A pooler uses it to see whether a client's whole
+// request has already arrived.
+func (r *Reader) Peek() []byte {
+	if r.pending {
+		return nil
+	}
+	b, _ := r.br.Peek(r.br.Buffered())
+	return b
+}
+
 // Next reads the next message header and returns its type and body length.
 // Any unconsumed part of the previous message is skipped first.
 func (r *Reader) Next() (typ byte, bodyLen int, err error) {
