@@ -6,20 +6,18 @@ import (
 	"fmt"
 	"io"
 	"syscall"
+
+	"github.com/pgquic/pgquic/internal/rawsock"
 )
 
 // peekFD looks at the socket without consuming or waiting: recv with
 // MSG_PEEK|MSG_DONTWAIT. It is called through syscall.RawConn.Read and
 // returns true so the runtime never parks the goroutine waiting for data.
+// The recv is a raw system call (internal/rawsock): it runs at every
+// Acquire and must not wake the Go runtime's monitor thread.
 func (c *Conn) peekFD(fd uintptr) bool {
-	for {
-		n, _, err := syscall.Recvfrom(int(fd), c.peekBuf[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
-		if err == syscall.EINTR {
-			continue
-		}
-		c.peekN, c.peekErr = n, err
-		return true
-	}
+	c.peekN, c.peekErr = rawsock.Peek(fd, c.peekBuf[:])
+	return true
 }
 
 // peekResult turns the last peek into a liveness verdict: EAGAIN means the

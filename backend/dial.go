@@ -9,6 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/pgquic/pgquic/internal/rawsock"
 	"github.com/pgquic/pgquic/internal/wire"
 )
 
@@ -43,7 +44,9 @@ func (p *Pool) dial(ctx context.Context) (*Conn, error) {
 		_ = pgConn.Close(context.Background())
 		return nil, fmt.Errorf("backend: hijack new connection: %w", err)
 	}
-	nc := hc.Conn
+	// The pooler's reads and writes on a plain socket are raw system
+	// calls (see internal/rawsock); under TLS they stay the net package's.
+	nc := rawsock.Wrap(hc.Conn)
 	if hc.TxStatus != 'I' {
 		_ = nc.Close()
 		return nil, fmt.Errorf("backend: new connection is not idle (status %q)", hc.TxStatus)

@@ -222,6 +222,11 @@ func (p *Pool) notifyReleased() {
 	}
 }
 
+// Closing reports whether Close has been called: the pool lends no more
+// connections, and a holder should return its connection rather than hand
+// it on to another client.
+func (p *Pool) Closing() bool { return p.ctx.Err() != nil }
+
 // Full reports whether every connection the pool may have is open and none
 // is being opened, so a free connection can only come from a release.
 func (p *Pool) Full() bool {

@@ -47,6 +47,7 @@ import (
 // lanePool holds the lanes of one backend pool. Its mutex guards every
 // lane's fields but stMu.
 type lanePool struct {
+	pool      *backend.Pool
 	mu        sync.Mutex
 	lanes     []*lane       // lanes with riders
 	waiters   []*laneWaiter // sessions with a qualifying request waiting for a connection, oldest first
@@ -125,7 +126,7 @@ var errLeftOpen = errors.New("a request pipelined on a shared server connection 
 
 // lanesOf returns the lanes of pool.
 func lanesOf(pool *backend.Pool) *lanePool {
-	return pool.Shared(func() any { return &lanePool{} }).(*lanePool)
+	return pool.Shared(func() any { return &lanePool{pool: pool} }).(*lanePool)
 }
 
 // pipeBatch is what the pooler knows of a client's request when it needs a
@@ -366,7 +367,7 @@ func (lp *lanePool) join(rd *rider, key string, depth int) *rider {
 			best = l
 		}
 	}
-	if best == nil || lp.exclusive != 0 || len(lp.waiters) != 0 {
+	if best == nil || lp.exclusive != 0 || len(lp.waiters) != 0 || lp.pool.Closing() {
 		lp.mu.Unlock()
 		return nil
 	}
@@ -465,9 +466,21 @@ func (lp *lanePool) waitLanes(rd *rider, key string, front bool) *laneWaiter {
 // ConnReleased wakes the first session waiting on the lanes alone when a
 // connection of the pool came free (backend.ReleaseNotifier), unless a
 // session that cannot share one waits for it.
+//
+// When the pool is closing (a configuration reload replaced it), every
+// such session is woken: each goes on to the pool that replaced it.
 func (lp *lanePool) ConnReleased() {
 	lp.mu.Lock()
-	if lp.exclusive == 0 {
+	if lp.pool.Closing() {
+		for i := 0; i < len(lp.waiters); {
+			if w := lp.waiters[i]; w.ch != nil {
+				lp.waiters = append(lp.waiters[:i], lp.waiters[i+1:]...)
+				w.wake()
+				continue
+			}
+			i++
+		}
+	} else if lp.exclusive == 0 {
 		lp.pokeLocked()
 	}
 	lp.mu.Unlock()
@@ -492,6 +505,9 @@ func (lp *lanePool) pokeLocked() {
 func (s *session) waitOnLanes(actx context.Context, lp *lanePool, b pipeBatch) (*rider, *backend.Conn, error) {
 	front := false
 	for {
+		if s.pool.Closing() {
+			return nil, nil, nil // the pool's Acquire says so, and the session moves on
+		}
 		w := lp.waitLanes(s.newRider(b), b.key, front)
 		if w == nil {
 			return nil, nil, nil
@@ -525,7 +541,7 @@ func (s *session) waitOnLanes(actx context.Context, lp *lanePool, b pipeBatch) (
 // fillLocked hands a free place on l to the oldest waiter that fits.
 // lp.mu must be held.
 func (lp *lanePool) fillLocked(l *lane, depth int) {
-	if lp.exclusive > 0 || len(lp.waiters) == 0 || !l.accepts(l.key, depth) {
+	if lp.exclusive > 0 || lp.pool.Closing() || len(lp.waiters) == 0 || !l.accepts(l.key, depth) {
 		return
 	}
 	for i, w := range lp.waiters {
@@ -587,7 +603,7 @@ func (p *Pooler) leave(rd *rider, destroy bool) {
 		lp.mu.Unlock()
 		return
 	}
-	if !destroy && lp.exclusive == 0 && len(lp.waiters) > 0 && !l.conn.Expired() {
+	if !destroy && lp.exclusive == 0 && len(lp.waiters) > 0 && !l.conn.Expired() && !lp.pool.Closing() {
 		// Hand the connection straight to the first waiter, whose
 		// request leads the lane now: no trip through the pool.
 		w := lp.waiters[0]

@@ -306,8 +306,17 @@ func (s *session) handleParse(ctx context.Context) error {
 			s.mu.Unlock()
 			return err
 		}
-		u := newStmt("", rest)
-		s.unnamed = u
+		u := s.unnamed
+		if u != nil && string(rest) == u.key && a.pending() == 0 && (a.replay == nil || a.replay.stmt != u) {
+			// The same text as the client's last unnamed statement, which
+			// nothing else refers to any more (no reply pending, no retry
+			// log): reuse its frame and classification, as a fresh one
+			// would be, instead of building and lexing them again.
+			u.used, u.gen = false, 0
+		} else {
+			u = newStmt("", rest)
+			s.unnamed = u
+		}
 		s.push(a, entry{kind: eParse, unnamed: true})
 		a.st.unnamedKey, a.st.unnamedOK = u.key, true
 		err = s.writeServer(a, u.parse)

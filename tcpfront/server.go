@@ -25,6 +25,7 @@ import (
 
 	"github.com/pgquic/pgquic/internal/defaults"
 	"github.com/pgquic/pgquic/internal/front"
+	"github.com/pgquic/pgquic/internal/rawsock"
 )
 
 // Default values used when a Config field is zero.
@@ -277,17 +278,20 @@ func (s *Server) session(conn net.Conn) {
 		RequireTLS: s.cfg.RequireTLS,
 		Probe:      newProbe(conn),
 	}
+	// The session's own reads and writes (under TLS too) are raw system
+	// calls: see internal/rawsock.
+	stream := rawsock.Wrap(conn)
 	if s.cfg.TLSConfig != nil {
 		tlsCfg := s.cfg.TLSConfig
 		peer.StartTLS = func(ctx context.Context) (io.ReadWriteCloser, error) {
-			tc := tls.Server(conn, tlsCfg)
+			tc := tls.Server(stream, tlsCfg)
 			if err := tc.HandshakeContext(ctx); err != nil {
 				return nil, fmt.Errorf("tcpfront: TLS handshake with %s: %w", conn.RemoteAddr(), err)
 			}
 			return tc, nil
 		}
 	}
-	if err := s.handler.Serve(s.baseCtx, conn, peer); err != nil && !isQuietEnd(err) {
+	if err := s.handler.Serve(s.baseCtx, stream, peer); err != nil && !isQuietEnd(err) {
 		s.logger.Debug("tcp session ended", "remote", conn.RemoteAddr(), "err", err)
 	}
 }

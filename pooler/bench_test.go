@@ -1,0 +1,148 @@
+package pooler_test
+
+import (
+	"bufio"
+	"context"
+	"encoding/binary"
+	"io"
+	"net"
+	"testing"
+
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// rawClient is a logged-in connection to the pooler that sends pre-encoded
+// requests and reads replies into a fixed buffer, so a benchmark's
+// allocations are the pooler's own (PostgreSQL runs in its own process).
+type rawClient struct {
+	conn net.Conn
+	r    *bufio.Reader
+	hdr  [5]byte
+	body []byte
+}
+
+func newRawClient(ctx context.Context, tb testing.TB, h *harness) *rawClient {
+	tb.Helper()
+	pc, err := pgconn.Connect(ctx, h.url())
+	if err != nil {
+		tb.Fatalf("connect through pooler: %v", err)
+	}
+	hc, err := pc.Hijack()
+	if err != nil {
+		tb.Fatalf("hijack: %v", err)
+	}
+	tb.Cleanup(func() { _ = hc.Conn.Close() })
+	return &rawClient{conn: hc.Conn, r: bufio.NewReaderSize(hc.Conn, 8192), body: make([]byte, 0, 8192)}
+}
+
+// roundTrip writes req and reads replies up to ReadyForQuery, failing on an
+// ErrorResponse.
+func (c *rawClient) roundTrip(tb testing.TB, req []byte) {
+	if _, err := c.conn.Write(req); err != nil {
+		tb.Fatalf("write: %v", err)
+	}
+	for {
+		if _, err := io.ReadFull(c.r, c.hdr[:]); err != nil {
+			tb.Fatalf("read: %v", err)
+		}
+		n := int(binary.BigEndian.Uint32(c.hdr[1:])) - 4
+		if cap(c.body) < n {
+			c.body = make([]byte, n)
+		}
+		if _, err := io.ReadFull(c.r, c.body[:n]); err != nil {
+			tb.Fatalf("read: %v", err)
+		}
+		switch c.hdr[0] {
+		case 'E':
+			tb.Fatalf("server error: %q", c.body[:n])
+		case 'Z':
+			return
+		}
+	}
+}
+
+// appendMsg appends a frontend message of type typ with body parts.
+func appendMsg(b []byte, typ byte, parts ...[]byte) []byte {
+	n := 4
+	for _, p := range parts {
+		n += len(p)
+	}
+	b = append(b, typ)
+	b = binary.BigEndian.AppendUint32(b, uint32(n))
+	for _, p := range parts {
+		b = append(b, p...)
+	}
+	return b
+}
+
+// pgbenchSelect is what pgbench -S -M extended sends per transaction: an
+// unnamed Parse, Bind with one text parameter, Describe portal, Execute and
+// Sync in one write.
+func pgbenchSelect() []byte {
+	sql := "SELECT abalance FROM pgbench_accounts WHERE aid = $1;"
+	var b []byte
+	b = appendMsg(b, 'P', []byte{0}, []byte(sql), []byte{0}, []byte{0, 0})
+	param := []byte("42")
+	bind := []byte{0, 0, 0, 0, 0, 1}
+	bind = binary.BigEndian.AppendUint32(bind, uint32(len(param)))
+	bind = append(bind, param...)
+	bind = append(bind, 0, 0)
+	b = appendMsg(b, 'B', bind)
+	b = appendMsg(b, 'D', []byte{'P', 0})
+	b = appendMsg(b, 'E', []byte{0}, []byte{0, 0, 0, 0})
+	b = appendMsg(b, 'S')
+	return b
+}
+
+// BenchmarkQuery measures one request's way through the pooler in
+// transaction mode against real PostgreSQL: a simple Query, and the
+// extended-protocol request pgbench -S -M extended sends. Each op is one
+// round trip (a server connection acquired, used and released); allocs/op
+// are the pooler's.
+func BenchmarkQuery(b *testing.B) {
+	ctx := context.Background()
+	h := newHarness(b, harnessOpts{cluster: sharedCluster(b), poolSize: 2, minPool: 2})
+	setup := newRawClient(ctx, b, h)
+	setup.roundTrip(b, appendMsg(nil, 'Q', []byte(
+		"CREATE TABLE IF NOT EXISTS pgbench_accounts (aid int PRIMARY KEY, abalance int);"+
+			"INSERT INTO pgbench_accounts VALUES (42, 0) ON CONFLICT DO NOTHING"), []byte{0}))
+	for _, bc := range []struct {
+		name string
+		req  []byte
+	}{
+		{"simple", appendMsg(nil, 'Q', []byte("SELECT 1"), []byte{0})},
+		{"extended", pgbenchSelect()},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			c := newRawClient(ctx, b, h)
+			c.roundTrip(b, bc.req) // warm: statement cache, parameters
+			b.ReportAllocs()
+			for b.Loop() {
+				c.roundTrip(b, bc.req)
+			}
+		})
+	}
+}
+
+// TestQueryAllocs checks that a request's way through the pooler, acquiring
+// and releasing a server connection included, does not allocate: a simple
+// Query and pgbench's extended-protocol SELECT with the same unnamed
+// statement each time. Allocations by background goroutines during the
+// runs count too, hence an average below one rather than exactly zero.
+func TestQueryAllocs(t *testing.T) {
+	ctx := context.Background()
+	h := newHarness(t, harnessOpts{cluster: sharedCluster(t), poolSize: 2, minPool: 2})
+	c := newRawClient(ctx, t, h)
+	c.roundTrip(t, appendMsg(nil, 'Q', []byte(
+		"CREATE TABLE IF NOT EXISTS pgbench_accounts (aid int PRIMARY KEY, abalance int);"+
+			"INSERT INTO pgbench_accounts VALUES (42, 0) ON CONFLICT DO NOTHING"), []byte{0}))
+	for name, req := range map[string][]byte{
+		"simple":   appendMsg(nil, 'Q', []byte("SELECT 1"), []byte{0}),
+		"extended": pgbenchSelect(),
+	} {
+		c.roundTrip(t, req) // warm
+		if n := testing.AllocsPerRun(200, func() { c.roundTrip(t, req) }); n >= 1 {
+			t.Errorf("%s: %.2f allocations per request, want none", name, n)
+		}
+	}
+}
