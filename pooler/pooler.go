@@ -105,23 +105,42 @@ func New(cfg Config, pools PoolSource, logger *slog.Logger, reg prometheus.Regis
 // Serve runs one client session to completion and closes rwc. It returns nil
 // when the client ended the session normally and the reason otherwise; the
 // client has already been told, so callers usually only log it.
+//
+// An idle session's goroutine waits for its client below this frame, and
+// the runtime halves a goroutine's stack at a GC only while less than a
+// quarter of it is in use; so Serve keeps its own frame small (begin and
+// end do the rest) and thousands of idle sessions sit on small stacks.
 func (p *Pooler) Serve(ctx context.Context, rwc io.ReadWriteCloser, peer Peer) error {
-	s := newSession(p, rwc, peer)
-	if !p.register(s) {
-		// Draining: say why if the client gets as far as a startup packet.
-		defer rwc.Close()
+	s := p.begin(ctx, rwc, &peer)
+	if s == nil {
 		return ErrShuttingDown
 	}
-	defer p.unregister(s)
-	stop := context.AfterFunc(ctx, s.kill)
-	defer stop()
-	start := time.Now()
 	err := s.run(ctx)
+	p.end(s, err)
+	return err
+}
+
+// begin creates and registers the session of Serve; nil means the pooler
+// is draining (rwc is then closed).
+func (p *Pooler) begin(ctx context.Context, rwc io.ReadWriteCloser, peer *Peer) *session {
+	s := newSession(p, rwc, *peer)
+	if !p.register(s) {
+		// Draining: say why if the client gets as far as a startup packet.
+		_ = rwc.Close()
+		return nil
+	}
+	s.stopKill = context.AfterFunc(ctx, s.kill)
+	return s
+}
+
+// end tears down the session of Serve once it ran.
+func (p *Pooler) end(s *session, err error) {
 	s.stopTimers()
 	s.close()
 	p.noteEnded(s)
-	s.logEnd(time.Since(start), err)
-	return err
+	s.logEnd(time.Since(s.started), err)
+	s.stopKill()
+	p.unregister(s)
 }
 
 // Shutdown drains the pooler: it takes no new sessions, closes idle ones at

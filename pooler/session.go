@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/pgquic/pgquic/backend"
+	"github.com/pgquic/pgquic/internal/front"
 	"github.com/pgquic/pgquic/internal/pgproto"
 	"github.com/pgquic/pgquic/internal/wire"
 )
@@ -42,6 +43,7 @@ type session struct {
 	// Owner-only state.
 	rwc           io.ReadWriteCloser // written with mu and cwMu held (setStream); read under either, or by the owner
 	cr            *wire.Reader
+	waiter        front.ReadWaiter // the client stream, when it can wait for input without reading (see waitClient)
 	secure        bool
 	counted       bool
 	loggedIn      bool
@@ -107,6 +109,7 @@ type session struct {
 	// Read by the admin console's snapshots (clients.go): the owner sets
 	// the first three before listed, the last two under mu.
 	started     time.Time   // when the session began
+	stopKill    func() bool // stops the kill on Serve's context (see Pooler.begin)
 	appName     string      // startup application_name
 	console     Console     // non-nil for an admin console session (console.go)
 	listed      atomic.Bool // logged in: user, database, pool and the above are final
@@ -127,14 +130,24 @@ func newSession(p *Pooler, rwc io.ReadWriteCloser, peer Peer) *session {
 		// than an authentication message; login raises the limit to
 		// MaxMessageLen.
 	}
+	s.waiter, _ = rwc.(front.ReadWaiter)
 	s.rwc = s.countBytes(rwc)
 	s.cr = wire.NewReader(s.rwc, clientReadBuf, min(maxPasswordPacketLen-4, p.cfg.MaxMessageLen))
 	s.cwFn = s.clientWriter
-	s.log = p.log.With("transport", peer.Transport)
-	if peer.Addr != nil {
-		s.log = s.log.With("client", peer.Addr.String())
-	}
+	s.log = s.logger()
 	return s
+}
+
+// logger returns the pooler's logger with the session's transport and
+// client address, and the given attributes. It is built in one With from
+// the pooler's logger, not by adding to the session's: each With copies
+// the handler, and the session keeps its logger as long as it lives.
+func (s *session) logger(attrs ...any) *slog.Logger {
+	base := []any{"transport", s.peer.Transport}
+	if s.peer.Addr != nil {
+		base = append(base, "client", s.peer.Addr.String())
+	}
+	return s.p.log.With(append(base, attrs...)...)
 }
 
 // setStream swaps the client stream after a TLS upgrade. The startup timer
@@ -142,6 +155,7 @@ func newSession(p *Pooler, rwc io.ReadWriteCloser, peer Peer) *session {
 // rwc changes only under s.mu; if the session was closed meanwhile, the new
 // stream is closed too.
 func (s *session) setStream(rwc io.ReadWriteCloser) {
+	s.waiter, _ = rwc.(front.ReadWaiter)
 	rwc = s.countBytes(rwc)
 	s.mu.Lock()
 	s.cwMu.Lock()
@@ -159,27 +173,38 @@ func (s *session) setStream(rwc io.ReadWriteCloser) {
 }
 
 // run executes the session: startup with its timeout, then the message loop.
+// Its frame stays under an idle session's wait for its client, so the
+// startup is done in a function that has returned by then (see
+// Pooler.Serve).
 func (s *session) run(ctx context.Context) error {
+	if ok, err := s.timedStartup(ctx); !ok {
+		return err
+	}
+	s.scratch = nil // it held the greeting; an idle session need not keep it
+	if s.console != nil {
+		return s.serveConsole(ctx)
+	}
+	return s.loop(ctx)
+}
+
+// timedStartup runs the startup phase bounded by StartupTimeout. ok reports
+// that the session goes on; otherwise err is what it ends with (nil after a
+// CancelRequest was served).
+func (s *session) timedStartup(ctx context.Context) (ok bool, err error) {
 	timedOut := atomic.Bool{}
 	t := time.AfterFunc(s.p.cfg.StartupTimeout, func() {
 		timedOut.Store(true)
 		s.closeClient()
 	})
-	err := s.startup(ctx)
+	err = s.startup(ctx)
 	stopped := t.Stop()
 	if errors.Is(err, errCancelHandled) {
-		return nil
+		return false, nil
 	}
 	if !stopped && timedOut.Load() {
-		return fmt.Errorf("startup timeout after %s", s.p.cfg.StartupTimeout)
+		return false, fmt.Errorf("startup timeout after %s", s.p.cfg.StartupTimeout)
 	}
-	if err != nil {
-		return err
-	}
-	if s.console != nil {
-		return s.serveConsole(ctx)
-	}
-	return s.loop(ctx)
+	return err == nil, err
 }
 
 // loop reads client messages until the session ends.
@@ -196,6 +221,7 @@ func (s *session) loop(ctx context.Context) error {
 		idle := s.cr.Buffered() == 0
 		if idle {
 			s.armIdle()
+			s.waitClient()
 		}
 		typ, n, err := s.cr.Next()
 		if idle {
@@ -272,6 +298,17 @@ func (s *session) serveReplies() bool {
 		s.mu.Unlock()
 	}
 	return true
+}
+
+// waitClient waits for the client's next message without a read buffer
+// when the client stream can wait for input without reading it
+// (front.ReadWaiter): the buffer goes back to a shared pool meanwhile, so
+// an idle session holds none. A failed wait is left to the read that
+// follows to report.
+func (s *session) waitClient() {
+	if s.waiter != nil && s.cr.Release() {
+		_ = s.waiter.WaitRead()
+	}
 }
 
 // clientGone classifies a failed client read: EOF is a client leaving

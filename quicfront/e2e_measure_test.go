@@ -61,6 +61,8 @@ const (
 	// With a rate, the helper runs fixed-rate queries instead of idling.
 	envClientRate    = "PGQUIC_E2E_CLIENT_RATE"
 	envClientSeconds = "PGQUIC_E2E_CLIENT_SECONDS"
+	// With PGQUIC_E2E_CLIENT_QUERY=1 each idle session first runs one query.
+	envClientQuery = "PGQUIC_E2E_CLIENT_QUERY"
 )
 
 // TestE2EMeasureClientHelper is not a test: it is the client side of
@@ -128,6 +130,12 @@ func TestE2EMeasureClientHelper(t *testing.T) {
 				return
 			}
 			sessions[i] = c
+			if os.Getenv(envClientQuery) == "1" {
+				if _, err := c.Exec(ctx, "SELECT 1"); err != nil {
+					failed.Add(1)
+					t.Errorf("session %d: %v", i, err)
+				}
+			}
 		}()
 	}
 	wg.Wait()
@@ -143,6 +151,7 @@ func TestE2EMeasureClientHelper(t *testing.T) {
 // serverMem is the server-side memory the Go runtime holds, after a GC.
 type serverMem struct {
 	heapStack  uint64 // HeapInuse + StackInuse
+	stack      uint64 // StackInuse
 	goroutines int
 	rssKB      int
 }
@@ -152,7 +161,7 @@ func readServerMem() serverMem {
 	runtime.GC()
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
-	return serverMem{heapStack: ms.HeapInuse + ms.StackInuse, goroutines: runtime.NumGoroutine(), rssKB: vmRSSKB(os.Getpid())}
+	return serverMem{heapStack: ms.HeapInuse + ms.StackInuse, stack: ms.StackInuse, goroutines: runtime.NumGoroutine(), rssKB: vmRSSKB(os.Getpid())}
 }
 
 func vmRSSKB(pid int) int {
@@ -182,6 +191,12 @@ func vmRSSKB(pid int) int {
 func TestE2EMeasureIdleMemory(t *testing.T) {
 	measureOnly(t)
 	const n = 2000
+	if os.Getenv("PGQUIC_PROFILE_DIR") != "" {
+		// Sample every 64 bytes allocated so small per-session objects
+		// show up in the heap profiles.
+		defer func(r int) { runtime.MemProfileRate = r }(runtime.MemProfileRate)
+		runtime.MemProfileRate = 64
+	}
 	e := newE2E(t, e2eOpts{tcp: true})
 	ctx := testCtx(t, 5*time.Minute)
 	{ // Warm the pool and the pooler's learnt parameters.
@@ -195,7 +210,11 @@ func TestE2EMeasureIdleMemory(t *testing.T) {
 		e.waitIdle(t, 0)
 	}
 	t.Logf("load average at start: %s", loadavg())
-	for _, mode := range []string{"quic", "tcp", "quic", "tcp"} {
+	modes := []string{"quic", "tcp", "quic", "tcp"}
+	if m := os.Getenv("PGQUIC_MEASURE_MODES"); m != "" {
+		modes = strings.Split(m, ",")
+	}
+	for round, mode := range modes {
 		addr := e.addr
 		if mode == "tcp" {
 			addr = e.tcp.Addr().String()
@@ -233,6 +252,22 @@ func TestE2EMeasureIdleMemory(t *testing.T) {
 		time.Sleep(2 * time.Second) // idle
 		during := readServerMem()
 		sessions := e.pooler.Sessions()
+		if dir := os.Getenv("PGQUIC_PROFILE_DIR"); dir != "" {
+			for _, prof := range []string{"heap", "goroutine"} {
+				f, err := os.Create(filepath.Join(dir, fmt.Sprintf("idle-%s-%d.%s", mode, round, prof)))
+				if err != nil {
+					t.Fatal(err)
+				}
+				debug := 0
+				if prof == "goroutine" {
+					debug = 1
+				}
+				if err := pprof.Lookup(prof).WriteTo(f, debug); err != nil {
+					t.Fatal(err)
+				}
+				_ = f.Close()
+			}
+		}
 		_ = stdin.Close()
 		go func() { _, _ = io.Copy(io.Discard, stdout) }()
 		if err := cmd.Wait(); err != nil {
@@ -240,8 +275,8 @@ func TestE2EMeasureIdleMemory(t *testing.T) {
 		}
 		e.waitIdle(t, 0)
 		perKB := float64(during.heapStack-before.heapStack) / n / 1024
-		t.Logf("MEASURE idle-memory %s: %d idle sessions (pooler sessions %d): HeapInuse+StackInuse %.1f MiB -> %.1f MiB = %.1f KB per session; goroutines %d -> %d (%.2f per session); VmRSS %d -> %d KB (%.1f KB per session); load %s",
-			mode, n, sessions, float64(before.heapStack)/(1<<20), float64(during.heapStack)/(1<<20), perKB,
+		t.Logf("MEASURE idle-memory %s: %d idle sessions (pooler sessions %d): HeapInuse+StackInuse %.1f MiB -> %.1f MiB = %.1f KB per session (stacks %.1f KB); goroutines %d -> %d (%.2f per session); VmRSS %d -> %d KB (%.1f KB per session); load %s",
+			mode, n, sessions, float64(before.heapStack)/(1<<20), float64(during.heapStack)/(1<<20), perKB, float64(during.stack-before.stack)/n/1024,
 			before.goroutines, during.goroutines, float64(during.goroutines-before.goroutines)/n,
 			before.rssKB, during.rssKB, float64(during.rssKB-before.rssKB)/n, loadavg())
 	}

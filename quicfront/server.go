@@ -239,8 +239,8 @@ type listener interface {
 // serverConn is the server's book-keeping for one QUIC connection.
 type serverConn struct {
 	conn   *quic.Conn
-	name   string // Peer.Conn of its sessions: "quic-" and its sequence number
-	active int    // sessions running; guarded by Server.mu
+	peer   front.Peer // what the handler is told about each of its sessions
+	active int        // sessions running; guarded by Server.mu
 }
 
 // NewServer validates cfg, fills its defaults and prepares TLS. logger nil
@@ -416,7 +416,9 @@ func (s *Server) admit(conn *quic.Conn) {
 		return
 	}
 	s.connSeq++
-	sc := &serverConn{conn: conn, name: "quic-" + strconv.FormatUint(s.connSeq, 10)}
+	// Peer.Conn names the connection ("quic-" and its sequence number).
+	sc := &serverConn{conn: conn, peer: front.Peer{Addr: conn.RemoteAddr(), Transport: "quic",
+		Conn: "quic-" + strconv.FormatUint(s.connSeq, 10), Secure: true}}
 	s.conns[sc] = struct{}{}
 	s.connWG.Add(1)
 	s.mu.Unlock()
@@ -469,11 +471,7 @@ func (s *Server) runConn(sc *serverConn) {
 		s.m.streams.Inc()
 		s.m.streamsTotal.Inc()
 		streamWG.Add(1)
-		go func() {
-			defer streamWG.Done()
-			defer func() { <-s.streams }()
-			s.runStream(sc, sconn, log)
-		}()
+		go s.runStream(sc, sconn, log, &streamWG)
 	}
 }
 
@@ -533,8 +531,7 @@ func (s *Server) refuseStream(sc *serverConn, c *quicwire.Conn, log *slog.Logger
 			_ = c.Close()
 			return
 		}
-		peer := front.Peer{Addr: sc.conn.RemoteAddr(), Transport: "quic", Conn: sc.name, Secure: true}
-		if err := s.h.Serve(s.baseCtx, c, peer); err != nil {
+		if err := s.h.Serve(s.baseCtx, c, sc.peer); err != nil {
 			log.Debug("QUIC cancel request at the stream limit", "stream", c.Stream().StreamID(), "err", err)
 		}
 		_ = c.Close()
@@ -547,18 +544,48 @@ func (s *Server) refuseStream(sc *serverConn, c *quicwire.Conn, log *slog.Logger
 	_ = c.Close()
 }
 
-// runStream waits for the startup packet, then runs the session.
-func (s *Server) runStream(sc *serverConn, c *quicwire.Conn, log *slog.Logger) {
-	defer func() {
-		s.m.streams.Dec()
-		s.mu.Lock()
-		sc.active--
-		closeNow := sc.active == 0 && (s.draining || s.closed)
-		s.mu.Unlock()
-		if closeNow {
-			_ = sc.conn.CloseWithError(quicwire.AppCode(pgproto.QUICServerShutdown), "server shutting down")
+// runStream is a stream's goroutine: it waits for the startup packet, then
+// runs the session. An idle session's goroutine waits for its client at the
+// bottom of its stack, and the runtime halves a goroutine's stack at a GC
+// only while less than a quarter of it is in use; so this frame, which
+// stays under the session, holds only what the session needs: the work
+// before and after it is done in functions that have returned by then
+// (streamReady, sessionContext, streamDone), and there is no defer.
+func (s *Server) runStream(sc *serverConn, c *quicwire.Conn, log *slog.Logger, wg *sync.WaitGroup) {
+	if s.streamReady(sc, c, log) {
+		ctx, cancel, stopWatch := s.sessionContext(c)
+		err := s.h.Serve(ctx, c, sc.peer)
+		stopWatch()
+		cancel()
+		// The handler closes rwc; closing again is a no-op and guarantees
+		// the stream's credit is released even if it did not.
+		_ = c.Close()
+		if err != nil {
+			logSessionError(log, c, err)
 		}
-	}()
+	}
+	s.streamDone(sc, wg)
+}
+
+// streamDone releases a stream's MaxStreams slot and, while draining, closes
+// its connection once its last session ended.
+func (s *Server) streamDone(sc *serverConn, wg *sync.WaitGroup) {
+	<-s.streams
+	s.m.streams.Dec()
+	s.mu.Lock()
+	sc.active--
+	closeNow := sc.active == 0 && (s.draining || s.closed)
+	s.mu.Unlock()
+	if closeNow {
+		_ = sc.conn.CloseWithError(quicwire.AppCode(pgproto.QUICServerShutdown), "server shutting down")
+	}
+	wg.Done()
+}
+
+// streamReady waits for the stream's startup packet and for the handshake to
+// complete (0-RTT); it reports whether the session may start, and has closed
+// or reset the stream when not.
+func (s *Server) streamReady(sc *serverConn, c *quicwire.Conn, log *slog.Logger) bool {
 	if _, err := s.awaitStartup(c, s.cfg.StreamStartupTimeout); err != nil {
 		var ne net.Error
 		switch {
@@ -573,35 +600,39 @@ func (s *Server) runStream(sc *serverConn, c *quicwire.Conn, log *slog.Logger) {
 			s.m.streamsAbandoned.WithLabelValues("reset").Inc()
 			_ = c.Close() // the peer reset or the connection died: Close cancels our write side too
 		}
-		return
+		return false
 	}
 	// 0-RTT: the session starts only once the handshake is complete.
 	select {
 	case <-sc.conn.HandshakeComplete():
+		return true
 	case <-sc.conn.Context().Done():
 		_ = c.Close()
-		return
+		return false
 	}
-	// The session's context also ends when the client is gone for good: its
-	// QUIC connection died, or it aborted the stream (STOP_SENDING with an
-	// error code). While a query runs the handler waits for the server, not
-	// for the client, so without this a lost client would hold its server
-	// connection until the query finished.
-	ctx, cancel := context.WithCancel(s.baseCtx)
-	defer cancel()
-	stopWatch := context.AfterFunc(c.Stream().Context(), func() {
+}
+
+// sessionContext returns the context of c's session. It ends with the
+// server's (hard stop), and also when the client is gone for good: its
+// QUIC connection died, or it aborted the stream (STOP_SENDING with an
+// error code). While a query runs the handler waits for the server, not
+// for the client, so without this a lost client would hold its server
+// connection until the query finished. The caller calls stopWatch, then
+// cancel, once the session ended.
+func (s *Server) sessionContext(c *quicwire.Conn) (ctx context.Context, cancel context.CancelFunc, stopWatch func() bool) {
+	ctx, cancel = context.WithCancel(s.baseCtx)
+	stopWatch = context.AfterFunc(c.Stream().Context(), func() {
 		if clientGone(context.Cause(c.Stream().Context())) {
 			cancel()
 		}
 	})
-	defer stopWatch()
-	peer := front.Peer{Addr: sc.conn.RemoteAddr(), Transport: "quic", Conn: sc.name, Secure: true}
-	if err := s.h.Serve(ctx, c, peer); err != nil {
-		log.Debug("QUIC session ended with error", "stream", c.Stream().StreamID(), "err", err)
-	}
-	// The handler closes rwc; closing again is a no-op and guarantees the
-	// stream's credit is released even if it did not.
-	_ = c.Close()
+	return ctx, cancel, stopWatch
+}
+
+// logSessionError logs the error a session ended with (out of serveStream,
+// whose frame stays under the session).
+func logSessionError(log *slog.Logger, c *quicwire.Conn, err error) {
+	log.Debug("QUIC session ended with error", "stream", c.Stream().StreamID(), "err", err)
 }
 
 // clientGone reports whether cause, the reason a stream's send side ended,

@@ -67,3 +67,15 @@ type Peer struct {
 	// session's context (QUIC) leave it nil.
 	Probe func() error
 }
+
+// ReadWaiter is implemented by client streams that can wait for input
+// without consuming it (the QUIC front's streams: a QUIC stream can be
+// peeked at). WaitRead blocks until the stream has bytes to read, or a read
+// would fail (end of stream, reset, closed). The handler calls it before it
+// reads the next message of a session that has nothing in flight and gives
+// its read buffer back to a shared pool meanwhile, so thousands of idle
+// sessions hold no read buffers; the sessions of a stream without it keep
+// their buffers.
+type ReadWaiter interface {
+	WaitRead() error
+}

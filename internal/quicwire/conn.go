@@ -65,6 +65,15 @@ func (c *Conn) Read(p []byte) (int, error) {
 	return n, err
 }
 
+// WaitRead blocks until the stream has bytes to read, or a Read would fail
+// (FIN, reset, Close, deadline), without consuming anything: a session
+// waiting for its client's next message need not hold a read buffer.
+func (c *Conn) WaitRead() error {
+	var b [1]byte
+	_, err := c.str.Peek(b[:])
+	return err
+}
+
 // Write sends session bytes; it fails with net.ErrClosed after CloseWrite or Close.
 func (c *Conn) Write(p []byte) (int, error) {
 	c.wmu.Lock()

@@ -43,7 +43,10 @@ var ErrBadLength = errors.New("invalid message length")
 // Reader reads framed messages from a buffered stream. A Reader is owned by a
 // single goroutine.
 type Reader struct {
-	br      *bufio.Reader
+	br      *bufio.Reader // nil while released (see Release)
+	src     io.Reader
+	size    int
+	pool    *sync.Pool // where Release puts the buffer; set by the first Release
 	max     int
 	typ     byte
 	bodyLen int
@@ -57,20 +60,76 @@ func NewReader(r io.Reader, size, maxLen int) *Reader {
 	if maxLen <= 0 {
 		maxLen = DefaultMaxMessageLen
 	}
-	return &Reader{br: bufio.NewReaderSize(r, size), max: maxLen}
+	br := bufio.NewReaderSize(r, size)
+	return &Reader{br: br, src: r, size: br.Size(), max: maxLen}
 }
 
 // Reset points the Reader at a new source, keeping its buffer. It lets a
 // session swap a plain stream for a TLS one after an SSLRequest.
 func (r *Reader) Reset(src io.Reader) {
-	r.br.Reset(src)
+	r.src = src
+	if r.br != nil {
+		r.br.Reset(src)
+	}
 	r.pending = false
 }
 
 // Buffered returns how many bytes can be read without blocking. Forwarders
 // flush their writer when it reaches zero, batching responses without adding
 // latency.
-func (r *Reader) Buffered() int { return r.br.Buffered() }
+func (r *Reader) Buffered() int {
+	if r.br == nil {
+		return 0
+	}
+	return r.br.Buffered()
+}
+
+// Release gives the read buffer back to a pool shared by all Readers of the
+// same size when nothing is buffered and no message is half read, and
+// reports whether the Reader now holds no buffer. The next Next or
+// ReadStartup takes a buffer again. It lets an owner that is about to wait a
+// long time for its peer (an idle client session, on a transport that can
+// wait for input without reading it) hold no buffer meanwhile: thousands of
+// idle sessions then cost no read buffers.
+func (r *Reader) Release() bool {
+	if r.br == nil {
+		return true
+	}
+	if r.pending || r.br.Buffered() > 0 {
+		return false
+	}
+	if r.pool == nil {
+		r.pool = readerPool(r.size)
+	}
+	r.br.Reset(nil)
+	r.pool.Put(r.br)
+	r.br = nil
+	return true
+}
+
+// acquire takes a read buffer after Release.
+func (r *Reader) acquire() {
+	r.br = r.pool.Get().(*bufio.Reader)
+	r.br.Reset(r.src)
+}
+
+// readerPools holds the buffers released Readers gave back, one pool per
+// buffer size.
+var (
+	readerPoolsMu sync.Mutex
+	readerPools   = map[int]*sync.Pool{}
+)
+
+func readerPool(size int) *sync.Pool {
+	readerPoolsMu.Lock()
+	defer readerPoolsMu.Unlock()
+	p := readerPools[size]
+	if p == nil {
+		p = &sync.Pool{New: func() any { return bufio.NewReaderSize(nil, size) }}
+		readerPools[size] = p
+	}
+	return p
+}
 
 // Peek returns the bytes already buffered after the message last consumed,
 // without consuming them, or nil while the current message is not fully
@@ -88,6 +147,9 @@ func (r *Reader) Peek() []byte {
 // Next reads the next message header and returns its type and body length.
 // Any unconsumed part of the previous message is skipped first.
 func (r *Reader) Next() (typ byte, bodyLen int, err error) {
+	if r.br == nil {
+		r.acquire()
+	}
 	if r.pending {
 		if err := r.Skip(); err != nil {
 			return 0, 0, err
@@ -263,6 +325,9 @@ func (r *Reader) Skip() error {
 // SSLRequest, GSSENCRequest or CancelRequest) and returns its body, the bytes
 // after the length word. The slice is valid until the next call.
 func (r *Reader) ReadStartup() ([]byte, error) {
+	if r.br == nil {
+		r.acquire()
+	}
 	hdr, err := r.br.Peek(4)
 	if err != nil {
 		if errors.Is(err, io.EOF) && len(hdr) > 0 {
