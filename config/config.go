@@ -255,7 +255,7 @@ type Config struct {
 	// PipelineDepth bounds the clients' requests written at once on one
 	// server connection in transaction mode (cross-client pipelining: when
 	// every connection is busy, a complete implicit transaction is written
-	// behind others instead of waiting). 1 turns it off. Default: 4.
+	// behind others instead of waiting). 1 turns it off. Default: 16.
 	PipelineDepth int `yaml:"pipeline_depth"`
 
 	// PipelineFastThreshold is the average answer time under which a kind

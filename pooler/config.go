@@ -106,7 +106,7 @@ type Config struct {
 	// pipeline.go): when every connection of a pool is busy, a client's
 	// complete implicit transaction may be written behind up to
 	// PipelineDepth-1 others instead of waiting. 1 turns pipelining off.
-	// Default: 4.
+	// Default: 16.
 	PipelineDepth int
 
 	// PipelineFastThreshold is how quickly, on average, the server must

@@ -46,7 +46,7 @@ const (
 	SessionState = "pin"
 	// PipelineDepth bounds the client requests written at once on one
 	// server connection (cross-client pipelining); 1 turns it off.
-	PipelineDepth = 4
+	PipelineDepth = 16
 	// PipelineFastThreshold is the average answer time under which a kind
 	// of query may have other clients' requests written behind it.
 	PipelineFastThreshold = 5 * time.Millisecond

@@ -137,7 +137,7 @@ func readerPool(size int) *sync.Pool {
 // next call on the Reader. A pooler uses it to see whether a client's whole
 // request has already arrived.
 func (r *Reader) Peek() []byte {
-	if r.pending {
+	if r.pending || r.br == nil {
 		return nil
 	}
 	b, _ := r.br.Peek(r.br.Buffered())
