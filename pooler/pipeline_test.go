@@ -235,6 +235,21 @@ func warm(ctx context.Context, t *testing.T, conn *pgconn.PgConn, q string) {
 	}
 }
 
+// warmClient connects a client to h that has run q enough times for its
+// kind of query to be known; the context ends with the test.
+func warmClient(t *testing.T, h *harness, q string) (context.Context, *pgconn.PgConn) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	t.Cleanup(cancel)
+	w, err := pgconn.Connect(ctx, h.url())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = w.Close(context.Background()) })
+	warm(ctx, t, w, q)
+	return ctx, w
+}
+
 // sleeper runs one pg_sleep query on its own client in the background.
 type sleeper struct {
 	conn *pgconn.PgConn
@@ -263,14 +278,7 @@ func startSleeper(ctx context.Context, t *testing.T, h *harness, tag string, sec
 // cancelled on the server (the cancel could hit the one behind).
 func TestPipelineCancelHitsOnlyItsOwnQuery(t *testing.T) {
 	h, reg := pipeHarness(t, 1, 10*time.Second)
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	w, err := pgconn.Connect(ctx, h.url())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer w.Close(context.Background())
-	warm(ctx, t, w, "SELECT pg_sleep(0), 'warm'")
+	ctx, _ := warmClient(t, h, "SELECT pg_sleep(0), 'warm'")
 
 	t.Run("queued alone", func(t *testing.T) {
 		base := metricValue(t, reg, pipelinedMetric, "")
@@ -333,14 +341,7 @@ func TestPipelineCancelHitsOnlyItsOwnQuery(t *testing.T) {
 // the server's own FATAL, the others with 08006, and nobody else does.
 func TestPipelineBackendKilled(t *testing.T) {
 	h, reg := pipeHarness(t, 1, 10*time.Second)
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	w, err := pgconn.Connect(ctx, h.url())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer w.Close(context.Background())
-	warm(ctx, t, w, "SELECT pg_sleep(0), 'warm'")
+	ctx, w := warmClient(t, h, "SELECT pg_sleep(0), 'warm'")
 	base := metricValue(t, reg, pipelinedMetric, "")
 	a := startSleeper(ctx, t, h, "a", 5)
 	time.Sleep(100 * time.Millisecond)
@@ -383,14 +384,7 @@ func TestPipelineBackendKilled(t *testing.T) {
 // back to the pool idle.
 func TestPipelineClientVanishes(t *testing.T) {
 	h, reg := pipeHarness(t, 1, 10*time.Second)
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	w, err := pgconn.Connect(ctx, h.url())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer w.Close(context.Background())
-	warm(ctx, t, w, "SELECT pg_sleep(0), 'warm'")
+	ctx, w := warmClient(t, h, "SELECT pg_sleep(0), 'warm'")
 	base := metricValue(t, reg, pipelinedMetric, "")
 	a := startSleeper(ctx, t, h, "a", 0.5)
 	time.Sleep(100 * time.Millisecond)
@@ -482,16 +476,9 @@ func TestPipelineWhenFast(t *testing.T) {
 // slowly never has another client's request written behind it; the other
 // client waits for a free connection instead, as without pipelining.
 func TestPipelineNotBehindSlowQueries(t *testing.T) {
-	h, reg := pipeHarness(t, 1, 0) // the default threshold, 5 ms
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	w, err := pgconn.Connect(ctx, h.url())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer w.Close(context.Background())
-	warm(ctx, t, w, "SELECT pg_sleep(0.02), 'warm'") // 20 ms each: known slow
-	warm(ctx, t, w, "SELECT 1")                      // known fast
+	h, reg := pipeHarness(t, 1, 0)                              // the default threshold, 5 ms
+	ctx, w := warmClient(t, h, "SELECT pg_sleep(0.02), 'warm'") // 20 ms each: known slow
+	warm(ctx, t, w, "SELECT 1")                                 // known fast
 	base := metricValue(t, reg, pipelinedMetric, "")
 	a := startSleeper(ctx, t, h, "a", 0.5)
 	time.Sleep(100 * time.Millisecond)

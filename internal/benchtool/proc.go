@@ -7,11 +7,12 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/pgquic/pgquic/internal/spawn"
 )
 
 // clockTick is the unit of the utime/stime/cutime/cstime fields of
@@ -21,30 +22,18 @@ const clockTick = 10 * time.Millisecond
 // stopGrace is how long a child gets after SIGINT before SIGKILL.
 const stopGrace = 10 * time.Second
 
-// spawner is a goroutine locked to one OS thread that starts every child
-// process. Children get a parent-death signal, which Linux sends when the
-// forking thread exits; Go threads exit only when a locked goroutine ends,
-// so forking from this long-lived locked thread keeps the signal from
-// firing while the tool still runs, and a killed tool leaves nothing behind.
+// spawner starts the tool's children from one locked OS thread (see
+// internal/spawn), so their parent-death signal fires only when the tool
+// dies.
 type spawner struct {
-	reqs chan func()
+	*spawn.Thread
 }
 
-// newSpawner starts the locked goroutine; close ends it.
-func newSpawner() *spawner {
-	s := &spawner{reqs: make(chan func())}
-	go func() {
-		runtime.LockOSThread()
-		defer runtime.UnlockOSThread()
-		for fn := range s.reqs {
-			fn()
-		}
-	}()
-	return s
-}
+// newSpawner starts the thread; close ends it.
+func newSpawner() *spawner { return &spawner{spawn.New()} }
 
-// close ends the spawner's goroutine. Call it after every child has exited.
-func (s *spawner) close() { close(s.reqs) }
+// close ends the spawner's thread. Call it after every child has exited.
+func (s *spawner) close() { s.Close() }
 
 // child is one running process the tool started.
 type child struct {
@@ -59,12 +48,7 @@ type child struct {
 func (s *spawner) start(name string, cmd *exec.Cmd, cred *syscall.Credential) (*child, error) {
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Credential: cred, Setpgid: true}
 	var err error
-	done := make(chan struct{})
-	s.reqs <- func() {
-		defer close(done)
-		err = cmd.Start()
-	}
-	<-done
+	s.Do(func() { err = cmd.Start() })
 	if err != nil {
 		return nil, fmt.Errorf("start %s: %w", name, err)
 	}

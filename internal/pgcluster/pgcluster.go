@@ -29,6 +29,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/pgquic/pgquic/internal/spawn"
 )
 
 // Auth methods accepted in Options.Auth. They are the pg_hba.conf method
@@ -132,7 +134,7 @@ type Cluster struct {
 	rootDir string
 	logPath string
 	cred    *syscall.Credential
-	spawn   *spawner
+	spawn   *spawn.Thread
 
 	mu      sync.Mutex // serializes Restart and Stop
 	proc    *serverProc
@@ -201,7 +203,7 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 		stopErr := c.stopServer()
 		c.mu.Unlock()
 		if c.spawn != nil {
-			c.spawn.close()
+			c.spawn.Close()
 		}
 		rmErr := removeAll(root)
 		return nil, errors.Join(err, stopErr, rmErr)
@@ -238,7 +240,7 @@ func (c *Cluster) start(ctx context.Context) error {
 	if err := c.writeConfig(); err != nil {
 		return err
 	}
-	c.spawn = newSpawner()
+	c.spawn = spawn.New()
 
 	var lastErr error
 	for attempt := 0; attempt < portAttempts; attempt++ {
@@ -434,7 +436,7 @@ func (c *Cluster) launch() (*serverProc, error) {
 		Setpgid: true,
 	}
 	var startErr error
-	c.spawn.do(func() { startErr = cmd.Start() })
+	c.spawn.Do(func() { startErr = cmd.Start() })
 	if startErr != nil {
 		return nil, fmt.Errorf("pgcluster: start postgres: %w", startErr)
 	}
@@ -532,7 +534,7 @@ func (c *Cluster) Stop() error {
 	c.stopped = true
 	stopErr := c.stopServer()
 	if c.spawn != nil {
-		c.spawn.close()
+		c.spawn.Close()
 	}
 	rmErr := removeAll(c.rootDir)
 	c.log.Info("pgcluster: cluster stopped", "port", c.Port)

@@ -7,7 +7,6 @@ import (
 	"os"
 	"os/user"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -25,43 +24,6 @@ const ownerFile = "owner"
 // serverUser is the system user that initdb and postgres run as when this
 // process is root; Debian's postgresql package creates it.
 const serverUser = "postgres"
-
-// spawner is a goroutine locked to one OS thread that forks the postmaster.
-// Linux delivers the parent-death signal when the forking *thread* exits;
-// Go threads exit only when a goroutine locked to them ends, so an
-// arbitrary thread could die under a running server. This thread lives
-// until the cluster stops.
-type spawner struct {
-	reqs chan func()
-}
-
-// newSpawner starts the locked goroutine.
-func newSpawner() *spawner {
-	s := &spawner{reqs: make(chan func())}
-	go func() {
-		runtime.LockOSThread()
-		defer runtime.UnlockOSThread()
-		for fn := range s.reqs {
-			fn()
-		}
-	}()
-	return s
-}
-
-// do runs fn on the spawner's thread and waits for it.
-func (s *spawner) do(fn func()) {
-	done := make(chan struct{})
-	s.reqs <- func() {
-		defer close(done)
-		fn()
-	}
-	<-done
-}
-
-// close ends the goroutine; call it only after the server has exited.
-func (s *spawner) close() {
-	close(s.reqs)
-}
 
 // serverCredential returns the credential to run PostgreSQL with: nil when
 // not root (run as ourselves), the postgres user's when root, since initdb
