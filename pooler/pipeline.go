@@ -60,7 +60,7 @@ type lane struct {
 	conn    *backend.Conn
 	riders  []*rider // in write order; riders[0] reads
 	writing bool     // the last rider is still writing its request
-	sealed  bool     // a rider waits to cancel: no new rider until it leaves
+	seals   int      // riders that asked for a cancel: no new rider while any is on the lane
 	solo    bool     // the first rider's request may be sent again (stale.go): no rider behind it
 	key     string   // run-time parameters every rider expects (session.desiredKey)
 	err     error    // the connection was lost
@@ -346,7 +346,7 @@ func (lp *lanePool) lead(conn *backend.Conn, rd *rider, key string) *rider {
 		l = &lane{lp: lp, conn: conn}
 		st.lane = l
 	}
-	l.lp, l.err, l.sealed, l.solo, l.key = lp, nil, false, false, key
+	l.lp, l.err, l.seals, l.solo, l.key = lp, nil, 0, false, key
 	rd.l, rd.turn = l, turnNow
 	l.riders = append(l.riders[:0], rd)
 	l.writing = true
@@ -381,7 +381,7 @@ func (lp *lanePool) join(rd *rider, key string, depth int) *rider {
 // accepts reports whether a request with parameters key may be written on
 // l now. lp.mu must be held.
 func (l *lane) accepts(key string, depth int) bool {
-	if l.writing || l.sealed || l.solo || l.err != nil || len(l.riders) == 0 || len(l.riders) >= depth || l.key != key {
+	if l.writing || l.seals > 0 || l.solo || l.err != nil || len(l.riders) == 0 || len(l.riders) >= depth || l.key != key {
 		return false
 	}
 	for _, r := range l.riders {
@@ -577,9 +577,6 @@ func (p *Pooler) leave(rd *rider, destroy bool) {
 		p.lat.observe(rd.fp, time.Since(rd.start))
 	}
 	lp.mu.Lock()
-	if rd.sealer {
-		l.sealed = false
-	}
 	if len(l.riders) == 0 || l.riders[0] != rd {
 		// The lane was failed and emptied meanwhile.
 		lp.mu.Unlock()
@@ -593,6 +590,9 @@ func (p *Pooler) leave(rd *rider, destroy bool) {
 		lp.mu.Unlock()
 		l.conn.Destroy()
 		return
+	}
+	if rd.sealer {
+		l.seals--
 	}
 	copy(l.riders, l.riders[1:])
 	l.riders[len(l.riders)-1] = nil
@@ -611,7 +611,7 @@ func (p *Pooler) leave(rd *rider, destroy bool) {
 		nr := w.rd
 		nr.l, nr.turn, nr.joined = l, turnNow, false
 		l.riders = append(l.riders, nr)
-		l.writing, l.key, l.sealed, l.solo = true, w.key, false, false
+		l.writing, l.key, l.seals, l.solo = true, w.key, 0, false
 		w.got = true
 		w.wake()
 		lp.mu.Unlock()
@@ -663,6 +663,7 @@ func (lp *lanePool) failLocked(l *lane, err error) {
 	clear(l.riders)
 	l.riders = l.riders[:0]
 	l.writing = false
+	l.seals = 0
 	lp.dropLocked(l)
 }
 
@@ -714,7 +715,7 @@ func (lp *lanePool) cancelable(rd *rider) bool {
 	}
 	if !rd.sealer {
 		rd.sealer = true
-		l.sealed = true
+		l.seals++
 	}
 	if len(l.riders) == 1 && l.riders[0] == rd && !l.writing {
 		rd.wantCancel = false

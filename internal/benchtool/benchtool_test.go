@@ -209,7 +209,10 @@ func TestQuickRun(t *testing.T) {
 			if tps := val("tps"); tps > 1250 {
 				t.Errorf("%s at 1000 q/s ran %v tps: no rate limit", target, tps)
 			}
-		} else {
+		} else if target == targetDirect {
+			// Each direct client has a backend of its own. A pooler that
+			// pipelines may run all ten clients' queries on one or two
+			// server connections that a 100 ms sample rarely finds busy.
 			positive("busy_server_conns_max")
 		}
 		if v := val("busy_server_conns_max"); v > 10 || val("busy_server_conns_mean") > v {
