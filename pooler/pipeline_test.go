@@ -250,6 +250,33 @@ func warmClient(t *testing.T, h *harness, q string) (context.Context, *pgconn.Pg
 	return ctx, w
 }
 
+// waitRunning waits until the server runs the sleeper query tagged tag, so
+// requests started next queue behind it.
+func waitRunning(ctx context.Context, t *testing.T, h *harness, tag string) {
+	t.Helper()
+	direct, err := pgx.Connect(ctx, h.cluster.SuperURL("postgres"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer direct.Close(context.Background())
+	want := "%pg_sleep(%), '" + tag + "'"
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		var n int
+		if err := direct.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+			WHERE state = 'active' AND query LIKE $1`, want).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		if n > 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the query tagged %q never ran", tag)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
 // sleeper runs one pg_sleep query on its own client in the background.
 type sleeper struct {
 	conn *pgconn.PgConn
@@ -283,7 +310,7 @@ func TestPipelineCancelHitsOnlyItsOwnQuery(t *testing.T) {
 	t.Run("queued alone", func(t *testing.T) {
 		base := metricValue(t, reg, pipelinedMetric, "")
 		a := startSleeper(ctx, t, h, "a", 0.6)
-		time.Sleep(100 * time.Millisecond) // a's request is on the server
+		waitRunning(ctx, t, h, "a")
 		b := startSleeper(ctx, t, h, "b", 5)
 		waitMetric(t, reg, pipelinedMetric, base+1)
 		if err := b.conn.CancelRequest(ctx); err != nil {
@@ -299,7 +326,7 @@ func TestPipelineCancelHitsOnlyItsOwnQuery(t *testing.T) {
 	t.Run("queued with one behind", func(t *testing.T) {
 		base := metricValue(t, reg, pipelinedMetric, "")
 		a := startSleeper(ctx, t, h, "a", 0.6)
-		time.Sleep(100 * time.Millisecond)
+		waitRunning(ctx, t, h, "a")
 		b := startSleeper(ctx, t, h, "b", 0.2)
 		waitMetric(t, reg, pipelinedMetric, base+1)
 		c := startSleeper(ctx, t, h, "c", 0.2)
@@ -320,7 +347,7 @@ func TestPipelineCancelHitsOnlyItsOwnQuery(t *testing.T) {
 	t.Run("running", func(t *testing.T) {
 		base := metricValue(t, reg, pipelinedMetric, "")
 		a := startSleeper(ctx, t, h, "a", 1.5)
-		time.Sleep(100 * time.Millisecond)
+		waitRunning(ctx, t, h, "a")
 		b := startSleeper(ctx, t, h, "b", 0.2)
 		waitMetric(t, reg, pipelinedMetric, base+1)
 		// a runs with b behind it: its cancel is held back, not sent.
@@ -344,7 +371,7 @@ func TestPipelineBackendKilled(t *testing.T) {
 	ctx, w := warmClient(t, h, "SELECT pg_sleep(0), 'warm'")
 	base := metricValue(t, reg, pipelinedMetric, "")
 	a := startSleeper(ctx, t, h, "a", 5)
-	time.Sleep(100 * time.Millisecond)
+	waitRunning(ctx, t, h, "a")
 	b := startSleeper(ctx, t, h, "b", 0)
 	c := startSleeper(ctx, t, h, "c", 0)
 	waitMetric(t, reg, pipelinedMetric, base+2)
@@ -387,7 +414,7 @@ func TestPipelineClientVanishes(t *testing.T) {
 	ctx, w := warmClient(t, h, "SELECT pg_sleep(0), 'warm'")
 	base := metricValue(t, reg, pipelinedMetric, "")
 	a := startSleeper(ctx, t, h, "a", 0.5)
-	time.Sleep(100 * time.Millisecond)
+	waitRunning(ctx, t, h, "a")
 	var bs []*sleeper
 	for i := range 3 {
 		bs = append(bs, startSleeper(ctx, t, h, "b", 0.1))
@@ -481,7 +508,7 @@ func TestPipelineNotBehindSlowQueries(t *testing.T) {
 	warm(ctx, t, w, "SELECT 1")                                 // known fast
 	base := metricValue(t, reg, pipelinedMetric, "")
 	a := startSleeper(ctx, t, h, "a", 0.5)
-	time.Sleep(100 * time.Millisecond)
+	waitRunning(ctx, t, h, "a")
 	start := time.Now()
 	if _, err := w.Exec(ctx, "SELECT 1").ReadAll(); err != nil {
 		t.Fatal(err)
