@@ -143,6 +143,11 @@ type DialerStats struct {
 	Conns int
 	// Streams is the number of open streams over all of them.
 	Streams int
+	// PacketsSent and PacketsReceived are the QUIC packets the live
+	// connections sent and received since they were dialed: divided by the
+	// queries run, they tell how well packets carry several sessions'
+	// messages, which is what a QUIC session costs the pooler per query.
+	PacketsSent, PacketsReceived uint64
 }
 
 // NewDialer validates cfg and prepares TLS; it dials nothing yet. logger nil
@@ -224,7 +229,7 @@ func (d *Dialer) LookupFunc() func(ctx context.Context, host string) ([]string, 
 // Addr returns the pooler address the Dialer dials.
 func (d *Dialer) Addr() string { return d.cfg.Addr }
 
-// Stats reports the live connections and open streams.
+// Stats reports the live connections, their open streams and packets.
 func (d *Dialer) Stats() DialerStats {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -233,6 +238,9 @@ func (d *Dialer) Stats() DialerStats {
 		if cc != nil && cc.conn.Context().Err() == nil {
 			st.Conns++
 			st.Streams += cc.open
+			cs := cc.conn.ConnectionStats()
+			st.PacketsSent += cs.PacketsSent
+			st.PacketsReceived += cs.PacketsReceived
 		}
 	}
 	return st

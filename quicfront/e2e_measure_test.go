@@ -592,15 +592,21 @@ func TestE2EMeasureCPUPerQuery(t *testing.T) {
 				if os.Getenv("PGQUIC_MEASURE_PERF") == "1" {
 					stopPerf = perfStat(t, pid)
 				}
-				c0, s0 := procCPU(t, pid), ctxSwitches(pid)
+				c0, s0, p0 := procCPU(t, pid), ctxSwitches(pid), d.Stats()
 				t0 := time.Now()
 				done, errs := runLoad(ctx, sets[name], load, time.Duration(seconds)*time.Second)
 				wall := time.Since(t0)
 				cpu, cs := procCPU(t, pid)-c0, ctxSwitches(pid)-s0
 				sys := ""
+				if name == "quic" {
+					// The server receives what the clients send and sends what they receive.
+					p1 := d.Stats()
+					sys = fmt.Sprintf("; QUIC packets/query in %.2f, out %.2f",
+						float64(p1.PacketsSent-p0.PacketsSent)/float64(done), float64(p1.PacketsReceived-p0.PacketsReceived)/float64(done))
+				}
 				if stopPerf != nil {
 					counts := stopPerf()
-					sys = "; syscalls/query (perf, phase plus ~0.2 s):"
+					sys += "; syscalls/query (perf, phase plus ~0.2 s):"
 					for _, n := range []string{"all", "read", "write", "sendmsg", "recvmsg", "recvmmsg", "futex", "epoll_pwait", "nanosleep"} {
 						sys += fmt.Sprintf(" %s=%.2f", n, float64(counts[n])/float64(done))
 					}
