@@ -592,16 +592,16 @@ func TestE2EMeasureCPUPerQuery(t *testing.T) {
 				if os.Getenv("PGQUIC_MEASURE_PERF") == "1" {
 					stopPerf = perfStat(t, pid)
 				}
-				c0, s0, p0 := procCPU(t, pid), ctxSwitches(pid), d.Stats()
+				c0, s0, p0, cl0 := procCPU(t, pid), ctxSwitches(pid), d.Stats(), procCPU(t, os.Getpid())
 				t0 := time.Now()
 				done, errs := runLoad(ctx, sets[name], load, time.Duration(seconds)*time.Second)
 				wall := time.Since(t0)
-				cpu, cs := procCPU(t, pid)-c0, ctxSwitches(pid)-s0
-				sys := ""
+				cpu, cs, client := procCPU(t, pid)-c0, ctxSwitches(pid)-s0, procCPU(t, os.Getpid())-cl0
+				sys := fmt.Sprintf("; clients (this process) %.1f µs/query", float64(client.Microseconds())/float64(done))
 				if name == "quic" {
 					// The server receives what the clients send and sends what they receive.
 					p1 := d.Stats()
-					sys = fmt.Sprintf("; QUIC packets/query in %.2f, out %.2f",
+					sys += fmt.Sprintf("; QUIC packets/query in %.2f, out %.2f",
 						float64(p1.PacketsSent-p0.PacketsSent)/float64(done), float64(p1.PacketsReceived-p0.PacketsReceived)/float64(done))
 				}
 				if stopPerf != nil {
@@ -726,6 +726,19 @@ func TestE2EMeasureServerProfile(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		writeAllocs := func(suffix string) {
+			af, err := os.Create(filepath.Join(dir, "server-"+mode+".allocs"+suffix))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer af.Close()
+			if err := pprof.Lookup("allocs").WriteTo(af, 0); err != nil {
+				t.Fatal(err)
+			}
+		}
+		writeAllocs(".base")
+		var ms0, ms1 runtime.MemStats
+		runtime.ReadMemStats(&ms0)
 		c0 := procCPU(t, os.Getpid())
 		if err := pprof.StartCPUProfile(f); err != nil {
 			t.Fatal(err)
@@ -734,6 +747,8 @@ func TestE2EMeasureServerProfile(t *testing.T) {
 		line := next("DONE")
 		pprof.StopCPUProfile()
 		cpu := procCPU(t, os.Getpid()) - c0
+		runtime.ReadMemStats(&ms1)
+		writeAllocs("")
 		_ = f.Close()
 		_ = stdin.Close()
 		go func() { _, _ = io.Copy(io.Discard, stdout) }()
@@ -744,8 +759,10 @@ func TestE2EMeasureServerProfile(t *testing.T) {
 		if _, err := fmt.Sscanf(line, "DONE %d %d", &done, &errs); err != nil || errs != 0 || done == 0 {
 			t.Fatalf("client subprocess: %q", line)
 		}
-		t.Logf("MEASURE in-process server %s: %d queries, server CPU %v = %.1f µs/query; profile %s; load %s",
-			mode, done, cpu, float64(cpu.Microseconds())/float64(done), f.Name(), loadavg())
+		t.Logf("MEASURE in-process server %s: %d queries, server CPU %v = %.1f µs/query, %.1f allocations and %.0f bytes/query, %d GCs; profile %s (allocations: go tool pprof -sample_index=alloc_space -base %s.allocs.base %s.allocs); load %s",
+			mode, done, cpu, float64(cpu.Microseconds())/float64(done), float64(ms1.Mallocs-ms0.Mallocs)/float64(done),
+			float64(ms1.TotalAlloc-ms0.TotalAlloc)/float64(done), ms1.NumGC-ms0.NumGC, f.Name(),
+			strings.TrimSuffix(f.Name(), ".pprof"), strings.TrimSuffix(f.Name(), ".pprof"), loadavg())
 		e.waitIdle(t, 0)
 	}
 }
