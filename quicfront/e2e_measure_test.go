@@ -545,11 +545,19 @@ func TestE2EMeasureCPUPerQuery(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = d.Close() })
 	cfgs["quic"] = pgxConfig(t, d)
+	// quic-nc: the same without the client's write coalescing.
+	dnc, err := quicclient.NewDialer(quicclient.DialerConfig{Addr: quicAddr, Conns: quicConns, PinSHA256: fp, NoCoalescing: true}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = dnc.Close() })
+	cfgs["quic-nc"] = pgxConfig(t, dnc)
+	dialers := map[string]*quicclient.Dialer{"quic": d, "quic-nc": dnc}
 	sets := map[string][]*pgx.Conn{}
 	for _, name := range phases {
 		cfg, ok := cfgs[name]
 		if !ok {
-			t.Fatalf("unknown phase %q (tcp, tcp+tls, quic)", name)
+			t.Fatalf("unknown phase %q (tcp, tcp+tls, quic, quic-nc)", name)
 		}
 		conns := make([]*pgx.Conn, sessions)
 		for i := range conns {
@@ -567,7 +575,7 @@ func TestE2EMeasureCPUPerQuery(t *testing.T) {
 		}
 		sets[name] = conns
 	}
-	t.Logf("QUIC dialer: %+v", d.Stats())
+	t.Logf("QUIC dialers: %+v, without coalescing %+v", d.Stats(), dnc.Stats())
 	for _, name := range phases { // warm up: statement caches, pool
 		fixedRate(ctx, sets[name], 2000, 2*time.Second)
 	}
@@ -592,15 +600,19 @@ func TestE2EMeasureCPUPerQuery(t *testing.T) {
 				if os.Getenv("PGQUIC_MEASURE_PERF") == "1" {
 					stopPerf = perfStat(t, pid)
 				}
-				c0, s0, p0, cl0 := procCPU(t, pid), ctxSwitches(pid), d.Stats(), procCPU(t, os.Getpid())
+				var p0 quicclient.DialerStats
+				if qd := dialers[name]; qd != nil {
+					p0 = qd.Stats()
+				}
+				c0, s0, cl0 := procCPU(t, pid), ctxSwitches(pid), procCPU(t, os.Getpid())
 				t0 := time.Now()
 				done, errs := runLoad(ctx, sets[name], load, time.Duration(seconds)*time.Second)
 				wall := time.Since(t0)
 				cpu, cs, client := procCPU(t, pid)-c0, ctxSwitches(pid)-s0, procCPU(t, os.Getpid())-cl0
 				sys := fmt.Sprintf("; clients (this process) %.1f µs/query", float64(client.Microseconds())/float64(done))
-				if name == "quic" {
+				if qd := dialers[name]; qd != nil {
 					// The server receives what the clients send and sends what they receive.
-					p1 := d.Stats()
+					p1 := qd.Stats()
 					sys += fmt.Sprintf("; QUIC packets/query in %.2f, out %.2f",
 						float64(p1.PacketsSent-p0.PacketsSent)/float64(done), float64(p1.PacketsReceived-p0.PacketsReceived)/float64(done))
 				}
@@ -630,10 +642,12 @@ func TestE2EMeasureCPUPerQuery(t *testing.T) {
 			k := key{load, name}
 			fmt.Fprintf(&b, "; %s %.1f µs/query %v, %.0f q/s, %.2f cs/query", name, median(cpuPer[k]), cpuPer[k], median(qps[k]), median(csPer[k]))
 		}
-		if q, tc := median(cpuPer[key{load, "quic"}]), median(cpuPer[key{load, "tcp"}]); q > 0 && tc > 0 {
-			fmt.Fprintf(&b, "; QUIC/TCP = %.2f", q/tc)
-			if ts := median(cpuPer[key{load, "tcp+tls"}]); ts > 0 {
-				fmt.Fprintf(&b, ", QUIC/TCP+TLS = %.2f", q/ts)
+		for _, q := range []string{"quic", "quic-nc"} {
+			if mq, tc := median(cpuPer[key{load, q}]), median(cpuPer[key{load, "tcp"}]); mq > 0 && tc > 0 {
+				fmt.Fprintf(&b, "; %s/tcp = %.2f", q, mq/tc)
+				if ts := median(cpuPer[key{load, "tcp+tls"}]); ts > 0 {
+					fmt.Fprintf(&b, ", %s/tcp+tls = %.2f", q, mq/ts)
+				}
 			}
 		}
 		t.Logf("MEASURE cpu-per-query load %s, %d sessions (QUIC over %d conns), %ds phases, %d rounds%s",
