@@ -48,7 +48,16 @@ func selfSigned(t *testing.T) tls.Certificate {
 func echoPair(t *testing.T) (*quic.Conn, <-chan streamEnd) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	ln, err := quic.ListenAddr("127.0.0.1:0", &tls.Config{Certificates: []tls.Certificate{selfSigned(t)}, NextProtos: []string{"test"}},
+	// Transports of our own, whose Close waits for their goroutines.
+	listenUDP := func() *net.UDPConn {
+		u, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return u
+	}
+	str, ctr := &quic.Transport{Conn: listenUDP()}, &quic.Transport{Conn: listenUDP()}
+	ln, err := str.Listen(&tls.Config{Certificates: []tls.Certificate{selfSigned(t)}, NextProtos: []string{"test"}},
 		&quic.Config{MaxIncomingStreams: 1000})
 	if err != nil {
 		t.Fatal(err)
@@ -85,7 +94,7 @@ func echoPair(t *testing.T) (*quic.Conn, <-chan streamEnd) {
 			}()
 		}
 	}()
-	conn, err := quic.DialAddr(ctx, ln.Addr().String(), &tls.Config{InsecureSkipVerify: true, NextProtos: []string{"test"}},
+	conn, err := ctr.Dial(ctx, ln.Addr(), &tls.Config{InsecureSkipVerify: true, NextProtos: []string{"test"}},
 		&quic.Config{MaxIncomingStreams: -1})
 	if err != nil {
 		t.Fatal(err)
@@ -95,6 +104,10 @@ func echoPair(t *testing.T) (*quic.Conn, <-chan streamEnd) {
 		cancel()
 		_ = ln.Close()
 		wg.Wait()
+		_ = ctr.Close()
+		_ = str.Close()
+		_ = ctr.Conn.Close()
+		_ = str.Conn.Close()
 	})
 	return conn, ends
 }
