@@ -5,6 +5,7 @@ import (
 	"errors"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/quic-go/quic-go"
@@ -96,15 +97,26 @@ func (co *Coalescer) stopped() bool { return co.ctx.Err() != nil }
 // first.
 func NewCoalescingConn(str *quic.Stream, conn *quic.Conn, co *Coalescer, onClose func()) *Conn {
 	c := NewConn(str, conn, onClose)
-	c.co = co
+	c.coalescing = &coalescing{co: co}
 	return c
+}
+
+// coalescing is a stream's side of a Coalescer.
+type coalescing struct {
+	co       *Coalescer
+	pmu      sync.Mutex   // guards the fields below; never held across a blocking call
+	pend     []byte       // bytes written but not yet handed to quic-go
+	queued   bool         // the stream is in co's pending list
+	flushing bool         // a goroutine writes pend with a blocking Write
+	werr     error        // a flush of pend failed; returned by Write
+	lastRead atomic.Int64 // when Read last returned data, as time since co.epoch
 }
 
 // queue appends p to the bytes waiting for the coalescer; wmu is held and
 // the send side is open. It reports false, queuing nothing, when p must be
 // written at once instead.
 func (c *Conn) queue(p []byte) bool {
-	if c.co == nil || c.co.stopped() {
+	if c.coalescing == nil || c.co.stopped() {
 		return false
 	}
 	if last := c.lastRead.Load(); last == 0 || time.Since(c.co.epoch) > time.Duration(last)+coalesceAfterRead {
@@ -196,7 +208,7 @@ func (c *Conn) flushBlocking() {
 // false when quic-go could not take them at once or the stream failed: the
 // send side is then reset, as when Close interrupts a Write.
 func (c *Conn) sendQueued() bool {
-	if c.co == nil {
+	if c.coalescing == nil {
 		return true
 	}
 	if c.pendingErr() != nil {

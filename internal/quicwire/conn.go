@@ -36,14 +36,9 @@ type Conn struct {
 	wmu      sync.Mutex // serializes Write, CloseWrite and Close on the send side
 	sendDone bool       // FIN queued or send side canceled; guarded by wmu
 
-	// With a Coalescer (client side), small writes wait in pend for it.
-	co       *Coalescer
-	pmu      sync.Mutex   // guards the fields below; never held across a blocking call
-	pend     []byte       // bytes written but not yet handed to quic-go
-	queued   bool         // c is in co's pending list
-	flushing bool         // a goroutine writes pend with a blocking Write
-	werr     error        // a flush of pend failed; returned by Write
-	lastRead atomic.Int64 // when Read last returned data, as time since co.epoch
+	// With a Coalescer (client side), small writes wait for it; nil on
+	// the server, whose idle sessions should cost as little as possible.
+	*coalescing
 
 	peerReset atomic.Bool // the peer reset our receive side
 	closeOnce sync.Once
@@ -65,7 +60,7 @@ func (c *Conn) Stream() *quic.Stream { return c.str }
 // send side (FIN).
 func (c *Conn) Read(p []byte) (int, error) {
 	n, err := c.str.Read(p)
-	if n > 0 && c.co != nil {
+	if n > 0 && c.coalescing != nil {
 		c.lastRead.Store(int64(time.Since(c.co.epoch)))
 	}
 	if err != nil {
@@ -93,7 +88,7 @@ func (c *Conn) Write(p []byte) (int, error) {
 	if c.sendDone {
 		return 0, net.ErrClosed
 	}
-	if c.co != nil {
+	if c.coalescing != nil {
 		if err := c.pendingErr(); err != nil {
 			return 0, err
 		}
@@ -110,7 +105,7 @@ func (c *Conn) Write(p []byte) (int, error) {
 
 // writePending writes the queued bytes with a blocking Write; wmu is held.
 func (c *Conn) writePending() error {
-	if c.co == nil {
+	if c.coalescing == nil {
 		return nil
 	}
 	if p := c.takePending(); len(p) > 0 {
