@@ -30,6 +30,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/pgquic/pgquic/edge"
 	"github.com/pgquic/pgquic/internal/pgtest"
 	"github.com/pgquic/pgquic/quicclient"
 	"github.com/pgquic/pgquic/quicfront"
@@ -553,11 +554,36 @@ func TestE2EMeasureCPUPerQuery(t *testing.T) {
 	t.Cleanup(func() { _ = dnc.Close() })
 	cfgs["quic-nc"] = pgxConfig(t, dnc)
 	dialers := map[string]*quicclient.Dialer{"quic": d, "quic-nc": dnc}
+	if slices.Contains(phases, "edge") {
+		// edge: pgx over TCP to a sidecar (edge.Edge in this process, its own
+		// Dialer), as pgbench or psql would reach the pooler.
+		de, err := quicclient.NewDialer(quicclient.DialerConfig{Addr: quicAddr, Conns: quicConns, PinSHA256: fp}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sidecar, err := edge.New(edge.Config{Listen: "127.0.0.1:0", Dialer: de}, nil, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := sidecar.Listen(); err != nil {
+			t.Fatal(err)
+		}
+		ectx, ecancel := context.WithCancel(context.Background())
+		edgeDone := make(chan struct{})
+		go func() { defer close(edgeDone); _ = sidecar.Serve(ectx) }()
+		t.Cleanup(func() { ecancel(); <-edgeDone; _ = de.Close() })
+		c, err := pgx.ParseConfig("postgres://postgres:postgres@" + sidecar.Addr().String() + "/postgres?sslmode=disable")
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfgs["edge"] = c
+		dialers["edge"] = de
+	}
 	sets := map[string][]*pgx.Conn{}
 	for _, name := range phases {
 		cfg, ok := cfgs[name]
 		if !ok {
-			t.Fatalf("unknown phase %q (tcp, tcp+tls, quic, quic-nc)", name)
+			t.Fatalf("unknown phase %q (tcp, tcp+tls, quic, quic-nc, edge)", name)
 		}
 		conns := make([]*pgx.Conn, sessions)
 		for i := range conns {
@@ -642,7 +668,7 @@ func TestE2EMeasureCPUPerQuery(t *testing.T) {
 			k := key{load, name}
 			fmt.Fprintf(&b, "; %s %.1f µs/query %v, %.0f q/s, %.2f cs/query", name, median(cpuPer[k]), cpuPer[k], median(qps[k]), median(csPer[k]))
 		}
-		for _, q := range []string{"quic", "quic-nc"} {
+		for _, q := range []string{"quic", "quic-nc", "edge"} {
 			if mq, tc := median(cpuPer[key{load, q}]), median(cpuPer[key{load, "tcp"}]); mq > 0 && tc > 0 {
 				fmt.Fprintf(&b, "; %s/tcp = %.2f", q, mq/tc)
 				if ts := median(cpuPer[key{load, "tcp+tls"}]); ts > 0 {
