@@ -59,7 +59,7 @@ const (
 	envClientPin   = "PGQUIC_E2E_CLIENT_PIN"   // QUIC certificate pin
 	envClientN     = "PGQUIC_E2E_CLIENT_N"     // sessions
 	envClientConns = "PGQUIC_E2E_CLIENT_CONNS" // QUIC connections
-	// With a load ("max" or a rate), the helper runs queries instead of idling.
+	// With a load ("max" or a rate), the client subprocess runs queries instead of idling.
 	envClientRate    = "PGQUIC_E2E_CLIENT_RATE"
 	envClientSeconds = "PGQUIC_E2E_CLIENT_SECONDS"
 	// With PGQUIC_E2E_CLIENT_QUERY=1 each idle session first runs one query.
