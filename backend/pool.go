@@ -67,6 +67,13 @@ type Pool struct {
 	// paused stops fillMin while the admin console holds the pool (admin.go).
 	paused atomic.Bool
 
+	// sweeping counts the idle connections sweepIdle has taken out of the
+	// pool to check. puddle counts them as acquired, but no client holds
+	// them: Stat reports them as idle. Under sweepMu, which Stat holds while
+	// it reads puddle's counts so that both are from the same moment.
+	sweepMu  sync.Mutex
+	sweeping int
+
 	// shared is what the pooler keeps with the pool (see Shared).
 	sharedOnce sync.Once
 	shared     atomic.Pointer[any]
@@ -254,15 +261,19 @@ func (p *Pool) ServerParams() map[string]string {
 	return nil
 }
 
-// Stat returns a snapshot of the pool's connection counts.
+// Stat returns a snapshot of the pool's connection counts. Idle connections
+// the background loop is checking at that moment count as idle, not in use.
 func (p *Pool) Stat() Stats {
+	p.sweepMu.Lock()
 	s := p.pp.Stat()
+	sweeping := p.sweeping
+	p.sweepMu.Unlock()
 	return Stats{
 		Database:     p.database,
 		User:         p.user,
 		Total:        int(s.TotalResources()),
-		Idle:         int(s.IdleResources()),
-		InUse:        int(s.AcquiredResources()),
+		Idle:         int(s.IdleResources()) + sweeping,
+		InUse:        int(s.AcquiredResources()) - sweeping,
 		Constructing: int(s.ConstructingResources()),
 		Max:          int(s.MaxResources()),
 		Waiting:      int(p.waiting.Load()),
@@ -493,27 +504,42 @@ func (p *Pool) maintain() {
 // sweepIdle takes every idle connection out for a moment and destroys it
 // when it is dead, past ServerLifetime, or idle past ServerIdleTimeout while
 // the pool holds more than MinPool; the rest go back unchanged.
+//
+// While a connection is out for its check, Stat counts it as idle (see
+// sweeping); the count and puddle's change together under sweepMu. Each
+// connection put back or destroyed is announced like a client's Release.
 func (p *Pool) sweepIdle() {
+	p.sweepMu.Lock()
 	idle := p.pp.AcquireAllIdle()
+	p.sweeping += len(idle)
+	p.sweepMu.Unlock()
 	if len(idle) == 0 {
 		return
 	}
 	total := int(p.pp.Stat().TotalResources())
 	for _, res := range idle {
 		c := res.Value()
+		reason := ""
 		switch {
 		case c.alive() != nil:
-			p.destroyRes(res, reasonDead)
-			total--
+			reason = reasonDead
 		case time.Since(res.CreationTime()) > p.cfg.ServerLifetime:
-			p.destroyRes(res, reasonLifetime)
-			total--
+			reason = reasonLifetime
 		case total > p.cfg.MinPool && res.IdleDuration() > p.cfg.ServerIdleTimeout:
-			p.destroyRes(res, reasonIdle)
-			total--
-		default:
-			res.ReleaseUnused()
+			reason = reasonIdle
 		}
+		p.sweepMu.Lock()
+		p.sweeping--
+		if reason == "" {
+			res.ReleaseUnused()
+		} else {
+			p.destroyRes(res, reason)
+			total--
+		}
+		p.sweepMu.Unlock()
+		// A session of the pooler may have found no idle connection
+		// while this one was out and be waiting to hear of one.
+		p.notifyReleased()
 	}
 }
 

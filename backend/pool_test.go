@@ -397,11 +397,51 @@ func TestServerLifetime(t *testing.T) {
 	waitFor(t, 10*time.Second, "idle connection past its lifetime to be closed", func() bool { return p.Stat().Total == 0 })
 }
 
+// TestStatDuringSweep checks that the background loop's health check, which
+// takes every idle connection out of the pool for a moment, does not show
+// them as in use: a scrape at that moment once read idle 0 and in_use 2 in
+// TestMetricsExposition. Stat is read throughout 2,000 sweeps.
+func TestStatDuringSweep(t *testing.T) {
+	ctx := testCtx(t)
+	pg := appCluster(t, pgtest.AuthTrust, false)
+	p := newTestPool(t, PoolConfig{ConnString: pg.URL("app", "", "postgres"), PoolSize: 3, MinPool: 3}, nil)
+	c, err := p.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Release()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for range 2000 {
+			p.sweepIdle()
+		}
+	}()
+	reads, wrong := 0, 0
+	for swept := false; !swept; reads++ {
+		select {
+		case <-done:
+			swept = true
+		default:
+		}
+		if s := p.Stat(); s.Idle != 2 || s.InUse != 1 || s.Total != 3 {
+			if wrong == 0 {
+				t.Errorf("Stat during a sweep = %+v, want 2 idle and 1 in use", s)
+			}
+			wrong++
+		}
+	}
+	t.Logf("%d of %d reads wrong", wrong, reads)
+}
+
 func TestMetricsExposition(t *testing.T) {
 	ctx := testCtx(t)
 	pg := appCluster(t, pgtest.AuthTrust, false)
 	reg := prometheus.NewRegistry()
-	p := newTestPool(t, PoolConfig{ConnString: pg.URL("app", "", "postgres"), PoolSize: 3, MinPool: 2}, NewMetrics(reg))
+	// A full pool (MinPool = PoolSize): an Acquire that meets the
+	// background loop's health check waits for it to put the idle
+	// connections back instead of opening another one.
+	p := newTestPool(t, PoolConfig{ConnString: pg.URL("app", "", "postgres"), PoolSize: 3, MinPool: 3}, NewMetrics(reg))
 	c, err := p.Acquire(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -412,14 +452,14 @@ func TestMetricsExposition(t *testing.T) {
 		label []string
 		want  float64
 	}{
-		{"pgquic_backend_connections", []string{"state", "idle"}, 1},
+		{"pgquic_backend_connections", []string{"state", "idle"}, 2},
 		{"pgquic_backend_connections", []string{"state", "in_use"}, 1},
 		{"pgquic_backend_connections", []string{"state", "constructing"}, 0},
 		{"pgquic_backend_connections_max", nil, 3},
 		{"pgquic_backend_acquires_waiting", nil, 0},
 		{"pgquic_backend_acquires_total", nil, 1},
 		{"pgquic_backend_acquire_wait_seconds", nil, 1},
-		{"pgquic_backend_connects_total", nil, 2},
+		{"pgquic_backend_connects_total", nil, 3},
 		{"pgquic_backend_connect_errors_total", nil, 0},
 	} {
 		if got := metricValue(t, reg, tc.name, tc.label...); got != tc.want {

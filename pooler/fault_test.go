@@ -457,19 +457,24 @@ func TestCancelRequest(t *testing.T) {
 		pc := h.connect(ctx, t).PgConn()
 		done := make(chan error, 1)
 		go func() {
-			_, err := pc.Exec(ctx, "select pg_sleep(5)").ReadAll()
+			_, err := pc.Exec(ctx, "select pg_sleep(60)").ReadAll()
 			done <- err
 		}()
-		time.Sleep(300 * time.Millisecond)
+		// A cancel that arrives before the query is lost, as it is
+		// with PostgreSQL itself: wait until the server runs it.
+		waitQuery(ctx, t, direct(ctx, t, h.cluster), "select pg_sleep(60)")
 		if err := pc.CancelRequest(ctx); err != nil {
 			t.Fatal(err)
 		}
 		select {
 		case err := <-done:
+			if ctx.Err() != nil {
+				t.Fatalf("query not cancelled before the test's deadline: %v", err)
+			}
 			if pgCode(err) != "57014" {
 				t.Fatalf("got %v, want 57014", err)
 			}
-		case <-time.After(4 * time.Second):
+		case <-ctx.Done():
 			t.Fatal("query not cancelled")
 		}
 		if _, err := pc.Exec(ctx, "select 1").ReadAll(); err != nil {
