@@ -14,9 +14,9 @@ import (
 func TestSessionLoggerMatchesWith(t *testing.T) {
 	client := &net.TCPAddr{IP: net.IPv4(10, 0, 0, 7), Port: 5000}
 	for _, tc := range []struct {
-		name                   string
-		client                 net.Addr
-		named                  bool
+		name           string
+		client         net.Addr
+		named          bool
 		user, database string
 	}{
 		{name: "anonymous", client: client},
