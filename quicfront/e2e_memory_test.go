@@ -174,7 +174,7 @@ func stableMem(t *testing.T, pid int) procMem {
 }
 
 // collectedMem has the server collect garbage as a server left idle for a
-// few minutes has (two collections: see cmd/pgquic/gcsignal.go), then
+// few minutes has (three collections: see cmd/pgquic/gcsignal.go), then
 // returns its memory once settled (stableMem). A collection halves the
 // stack of each goroutine using less than a quarter of it, so what a
 // query's deeper stack left behind shows only in the reading taken before.
