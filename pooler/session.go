@@ -106,10 +106,11 @@ type session struct {
 	abandoned *attachment // the watcher cancelled its request: the client is gone (watch.go)
 	abandonAt time.Time   // when
 
+	ctxKill *ctxKill // what kills the session when Serve's context is done (ctxkill.go); guarded by p.mu
+
 	// Read by the admin console's snapshots (clients.go): the owner sets
-	// the first three before listed, the last two under mu.
+	// the first two before listed, the last two under mu.
 	started     time.Time   // when the session began
-	stopKill    func() bool // stops the kill on Serve's context (see Pooler.begin)
 	appName     string      // startup application_name
 	console     Console     // non-nil for an admin console session (console.go)
 	listed      atomic.Bool // logged in: user, database, pool and the above are final
