@@ -23,6 +23,7 @@ type waitConn struct {
 	rc     syscall.RawConn
 	waitFn func(fd uintptr) bool // w.waitFD, bound once so a wait allocates nothing
 	werr   error                 // what waitFD saw; owner only
+	polled bool                  // waitFD has looked once in this wait; owner only
 	peek   [1]byte
 }
 
@@ -47,7 +48,7 @@ func withWait(stream, conn net.Conn) net.Conn {
 // WaitRead blocks until the socket has bytes to read, or a read would
 // fail (end of file, reset, closed, deadline), without consuming anything.
 func (w *waitConn) WaitRead() error {
-	w.werr = nil
+	w.werr, w.polled = nil, false
 	if err := w.rc.Read(w.waitFn); err != nil {
 		return err
 	}
@@ -55,9 +56,17 @@ func (w *waitConn) WaitRead() error {
 }
 
 // waitFD peeks at one byte without waiting: it tells the poller to wait
-// (false) while nothing is there, and is done (true) once there are bytes,
-// end of file or an error.
+// (false) when nothing is there, and is done (true) when there are bytes,
+// end of file or an error. Called again, the poller has seen the socket
+// become readable (or end): it is done without a second look, so an idle
+// session's wait costs the same system calls as the read it replaces
+// (one recv that finds nothing, then the one that reads); a readiness
+// that turns out empty only makes the read that follows wait.
 func (w *waitConn) waitFD(fd uintptr) bool {
+	if w.polled {
+		return true
+	}
+	w.polled = true
 	_, err := rawsock.Peek(fd, w.peek[:])
 	if err == syscall.EAGAIN || err == syscall.EWOULDBLOCK {
 		return false
