@@ -33,9 +33,9 @@ import (
 // idle server does (the figures asserted first), and before (looser: how
 // much of a query's grown stacks and freed pages is still held then
 // varies). Measured on a 2-core machine shared with other jobs (load
-// 12-17), after the collections: QUIC 11.4-11.7 logged in and 11.9-12.5
-// after a query, TCP 8.6 and 9.1; before them QUIC 14.7-15.0 and
-// 17.4-17.7, TCP 12.0 and 14.1. Before idle sessions ran on lighter
+// 6-17), after the collections: QUIC 11.3-11.4 logged in and 11.9-12.1
+// after a query, TCP 8.4-8.6 and 9.0-9.1; before them QUIC 14.3-14.8 and
+// 17.0-17.7, TCP 11.8-12.4 and 13.8-14.1. Before idle sessions ran on lighter
 // contexts and loggers, and TCP ones waited without a read buffer, QUIC
 // measured 16.2-17.8 and 21.6-21.8 before the collections, TCP 13.9-14.8
 // and 19.7-20.0 (17.2-17.4 after them).
