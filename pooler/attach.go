@@ -44,7 +44,7 @@ func (s *session) attachLocked(ctx context.Context) (*attachment, error) {
 	if s.draining {
 		return nil, fatal(pgproto.CodeAdminShutdown, "the pooler is shutting down", ErrShuttingDown)
 	}
-	b := s.pipelineCheckLocked(typ, body)
+	b := s.pipelineCheckLocked(typ, body) // may fill s.pipeText for the handler
 	s.mu.Unlock()
 	conn, rd, sync, err := s.connect(ctx, b)
 	s.mu.Lock()

@@ -152,7 +152,7 @@ func (s *session) pipelineCheckLocked(typ byte, body []byte) pipeBatch {
 		return pipeBatch{}
 	}
 	rest := s.cr.Peek()
-	fp, ok := scanBatch(typ, body, rest, s.stmts, s.unnamed)
+	fp, ok := scanBatch(typ, body, rest, s.stmts, s.unnamed, &s.pipeText)
 	if !ok {
 		return pipeBatch{}
 	}
@@ -164,12 +164,19 @@ func (s *session) pipelineCheckLocked(typ byte, body []byte) pipeBatch {
 // request is complete (ends in Sync, or is one Query, with nothing after
 // it), small, and made of messages and statements that qualify, and its
 // fingerprint. stmts and unnamed are the client's prepared statements.
-func scanBatch(typ byte, body, rest []byte, stmts map[string]*stmt, unnamed *stmt) (uint64, bool) {
+//
+// first is what the lexer found in the first message's statement text:
+// when known, the handler had it already and the text is not lexed again;
+// when not, scanBatch fills it in when it lexes that text, so the handler
+// need not either.
+func scanBatch(typ byte, body, rest []byte, stmts map[string]*stmt, unnamed *stmt, first *lexedText) (uint64, bool) {
 	if len(body)+len(rest) > maxPipeBatch {
 		return 0, false
 	}
-	c := batchScan{stmts: stmts, unnamed: unnamed}
-	if !c.msg(typ, body) {
+	c := batchScan{stmts: stmts, unnamed: unnamed, first: first}
+	ok := c.msg(typ, body)
+	c.first = nil
+	if !ok {
 		return 0, false
 	}
 	for !c.synced {
@@ -198,7 +205,43 @@ type batchScan struct {
 	fp        uint64
 	synced    bool
 	unnamedOK bool              // the unnamed statement is one the request parses, and qualifies
+	unnamedFP uint64            // its fingerprint
 	parsed    map[string]uint64 // named statements the request parses, by fingerprint
+	first     *lexedText        // while the first message is read: what is known of its text
+}
+
+// lexedText is what the lexer found in one statement text, kept so the
+// pipelining check and the message's handler lex a text once between them.
+// text identifies the bytes it was found in (the same slice of the client's
+// read buffer), so it is never taken for another text.
+type lexedText struct {
+	text  []byte
+	plain bool   // sqllex found nothing at all (pipeSafeSQL)
+	fp    uint64 // sqllex.Fingerprint, when plain
+}
+
+// of reports whether l describes exactly q.
+func (l *lexedText) of(q []byte) bool {
+	return l != nil && len(q) > 0 && len(l.text) == len(q) && &l.text[0] == &q[0]
+}
+
+// plainSQL reports whether q is plain, and its fingerprint when it is,
+// from what the lexer found before (known) or by lexing it now.
+func (c *batchScan) plainSQL(q []byte) (bool, uint64) {
+	if c.first.of(q) {
+		return c.first.plain, c.first.fp
+	}
+	if !pipeSafeSQL(q) {
+		if c.first != nil {
+			*c.first = lexedText{text: q}
+		}
+		return false, 0
+	}
+	fp := sqllex.Fingerprint(bytesString(q))
+	if c.first != nil {
+		*c.first = lexedText{text: q, plain: true, fp: fp}
+	}
+	return true, fp
 }
 
 // mix adds a statement's fingerprint to the request's.
@@ -211,10 +254,14 @@ func (c *batchScan) msg(typ byte, body []byte) bool {
 	switch typ {
 	case 'Q':
 		q, _, ok := wire.CString(body)
-		if !ok || !pipeSafeSQL(q) {
+		if !ok {
 			return false
 		}
-		c.mix(sqllex.Fingerprint(bytesString(q)))
+		plain, fp := c.plainSQL(q)
+		if !plain {
+			return false
+		}
+		c.mix(fp)
 		c.synced = true
 		return true
 	case 'P':
@@ -222,13 +269,22 @@ func (c *batchScan) msg(typ byte, body []byte) bool {
 		if !ok {
 			return false
 		}
+		if len(name) == 0 && c.unnamed != nil && c.unnamed.key == string(rest) {
+			// The client's unnamed statement again, word for word: the
+			// handler reuses it (handleParse), and its classification.
+			c.unnamedOK, c.unnamedFP = c.unnamed.info.pipe, c.unnamed.info.fp
+			return c.unnamedOK
+		}
 		q, _, ok := wire.CString(rest)
-		if !ok || !pipeSafeSQL(q) {
+		if !ok {
 			return false
 		}
-		fp := sqllex.Fingerprint(bytesString(q))
+		plain, fp := c.plainSQL(q)
+		if !plain {
+			return false
+		}
 		if len(name) == 0 {
-			c.unnamedOK = true
+			c.unnamedOK, c.unnamedFP = true, fp
 			return true
 		}
 		if _, exists := c.stmts[string(name)]; exists {
@@ -281,9 +337,12 @@ func (c *batchScan) msg(typ byte, body []byte) bool {
 func (c *batchScan) stmtFP(name []byte) (uint64, bool) {
 	if len(name) == 0 {
 		if c.unnamedOK {
-			return 0, true
+			return c.unnamedFP, true
 		}
-		return 0, c.unnamed != nil && c.unnamed.info.pipe
+		if c.unnamed == nil || !c.unnamed.info.pipe {
+			return 0, false
+		}
+		return c.unnamed.info.fp, true
 	}
 	if fp, ok := c.parsed[string(name)]; ok {
 		return fp, true

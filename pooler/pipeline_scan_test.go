@@ -96,7 +96,7 @@ func TestScanBatch(t *testing.T) {
 		if len(body) > len(c.req) {
 			t.Fatal(c.name)
 		}
-		_, ok := scanBatch(typ, body, rest, stmts, nil)
+		_, ok := scanBatch(typ, body, rest, stmts, nil, nil)
 		if ok != c.ok {
 			t.Errorf("%s: qualifies = %v, want %v", c.name, ok, c.ok)
 		}
@@ -104,12 +104,80 @@ func TestScanBatch(t *testing.T) {
 	// Texts differing only in constants share a fingerprint.
 	fp := func(sql string) uint64 {
 		typ, body, rest := split(query(sql))
-		f, _ := scanBatch(typ, body, rest, nil, nil)
+		f, _ := scanBatch(typ, body, rest, nil, nil, nil)
 		return f
 	}
 	f1, f2, f3 := fp("SELECT abalance FROM a WHERE aid = 1"), fp("SELECT abalance FROM a WHERE aid = 2"), fp("SELECT pg_sleep(1)")
 	if f1 != f2 || f1 == f3 {
 		t.Errorf("fingerprints %x %x %x", f1, f2, f3)
+	}
+}
+
+// TestScanBatchUnnamedFingerprints checks that requests through the unnamed
+// statement are told apart by their text, as simple Queries are: the
+// latency policy must not take a slow unnamed query for a fast one.
+func TestScanBatchUnnamedFingerprints(t *testing.T) {
+	fp := func(req []byte, unnamed *stmt) uint64 {
+		t.Helper()
+		typ, body, rest := split(req)
+		f, ok := scanBatch(typ, body, rest, nil, unnamed, nil)
+		if !ok {
+			t.Fatalf("%q does not qualify", req)
+		}
+		return f
+	}
+	ext := func(sql string) []byte { return cat(parse("", sql), bindU, descP, exec0, sync5) }
+	fast1, fast2 := fp(ext("SELECT abalance FROM a WHERE aid = 1"), nil), fp(ext("SELECT abalance FROM a WHERE aid = 2"), nil)
+	slow := fp(ext("SELECT pg_sleep(1)"), nil)
+	if fast1 != fast2 || fast1 == slow {
+		t.Errorf("unnamed Parse fingerprints %x %x %x: want the first two equal, the third different", fast1, fast2, slow)
+	}
+	// Bound again without a Parse: the session's unnamed statement's own.
+	sleeper := newStmt("", parse("", "SELECT pg_sleep(1)")[6:], nil)
+	again := fp(cat(bindU, exec0, sync5), sleeper)
+	if again != fp(cat(bindU, exec0, sync5), newStmt("", parse("", "SELECT pg_sleep(2)")[6:], nil)) {
+		t.Errorf("rebinding statements of one kind gives different fingerprints")
+	}
+	if again == fp(cat(bindU, exec0, sync5), newStmt("", parse("", "SELECT 1 FROM a")[6:], nil)) {
+		t.Errorf("rebinding statements of different kinds gives one fingerprint")
+	}
+	// Parsed again word for word: the statement's classification is reused.
+	if got := fp(ext("SELECT pg_sleep(1)"), sleeper); got != slow {
+		t.Errorf("a repeated unnamed Parse fingerprints %x, a fresh one %x", got, slow)
+	}
+}
+
+// TestScanBatchLexesOnce checks the hand-over of the first message's
+// classification between the scan and the message's handler: a known one
+// is used as it is, and one the scan had to find is reported back.
+func TestScanBatchLexesOnce(t *testing.T) {
+	typ, body, rest := split(query("SELECT 1"))
+	q, _, _ := wire.CString(body)
+	// What the handler found is believed, even against the text, so the
+	// scan provably did not lex again.
+	known := lexedText{text: q, plain: false}
+	if _, ok := scanBatch(typ, body, rest, nil, nil, &known); ok {
+		t.Error("the scan lexed a text whose classification it was given")
+	}
+	// The same classification for a copy of the text is not believed.
+	other := append([]byte(nil), q...)
+	known = lexedText{text: other, plain: false}
+	if _, ok := scanBatch(typ, body, rest, nil, nil, &known); !ok {
+		t.Error("the scan used a classification of other bytes")
+	}
+	// Found by the scan: reported for the handler.
+	typ, body, rest = split(cat(parse("", "SELECT 2"), bindU, exec0, sync5))
+	var found lexedText
+	f, ok := scanBatch(typ, body, rest, nil, nil, &found)
+	if !ok || !found.plain || found.fp == 0 {
+		t.Fatalf("scan reported %+v (ok %v)", found, ok)
+	}
+	st := newStmt("", body[1:], &found)
+	if !st.info.pipe || st.info.fp != found.fp || f == 0 {
+		t.Errorf("statement built from the scan's classification: %+v", st.info)
+	}
+	if fresh := newStmt("", body[1:], nil); fresh.info.fp != st.info.fp || fresh.info.pipe != st.info.pipe {
+		t.Errorf("lexing again gives %+v, the scan %+v", fresh.info, st.info)
 	}
 }
 
@@ -125,7 +193,8 @@ func FuzzScanBatch(f *testing.F) {
 	f.Add(byte('B'), []byte{0}, []byte{'S', 0xff, 0xff, 0xff, 0xff})
 	f.Fuzz(func(t *testing.T, typ byte, body, rest []byte) {
 		stmts := map[string]*stmt{"s": {info: sqlInfo{pipe: true}}}
-		if _, ok := scanBatch(typ, body, rest, stmts, nil); ok {
+		var first lexedText
+		if _, ok := scanBatch(typ, body, rest, stmts, nil, &first); ok {
 			if typ != 'Q' && !endsInSync(rest) && typ != 'S' {
 				t.Fatalf("accepted a request that does not end in Sync: %q %q %q", typ, body, rest)
 			}

@@ -69,6 +69,7 @@ type session struct {
 	curTyp        byte        // type of the current client message
 	pipeTyp       byte        // the message a server connection is wanted for, for pipelineCheckLocked; 0 when none
 	pipeBody      []byte      // its body
+	pipeText      lexedText   // what the lexer found in that message's statement text, when someone looked already
 	rider         rider       // memory for the session's request on a shared server connection (pipeline.go)
 
 	cwMu sync.Mutex

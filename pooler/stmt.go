@@ -47,8 +47,9 @@ type stmt struct {
 
 // newStmt builds the Parse frame of a statement once. Its key is a view into
 // that frame rather than a second copy of the query text: the frame is never
-// written again, so the string stays immutable.
-func newStmt(name string, key []byte) *stmt {
+// written again, so the string stays immutable. lexed, when it describes
+// the key's query text, is what the pipelining check found in it already.
+func newStmt(name string, key []byte, lexed *lexedText) *stmt {
 	frame := wire.AppendHeader(make([]byte, 0, 5+len(name)+1+len(key)), 'P', len(name)+1+len(key))
 	frame = append(frame, name...)
 	frame = append(frame, 0)
@@ -59,7 +60,11 @@ func newStmt(name string, key []byte) *stmt {
 		st.key = unsafe.String(&frame[off], len(key))
 	}
 	if q, _, ok := wire.CString(key); ok {
-		st.info = inspectSQL(q)
+		if lexed.of(q) && lexed.plain {
+			st.info = sqlInfo{pipe: true, fp: lexed.fp} // what inspectSQL gives a plain text
+		} else {
+			st.info = inspectSQL(q)
+		}
 	}
 	return st
 }
@@ -296,7 +301,7 @@ func (s *session) handleParse(ctx context.Context) error {
 	}
 	if len(nameB) == 0 {
 		s.mu.Lock()
-		s.pipeTyp, s.pipeBody = 'P', body
+		s.pipeTyp, s.pipeBody, s.pipeText = 'P', body, lexedText{}
 		a, err := s.attachLocked(ctx)
 		if err != nil {
 			s.mu.Unlock()
@@ -306,6 +311,8 @@ func (s *session) handleParse(ctx context.Context) error {
 			s.mu.Unlock()
 			return err
 		}
+		lexed := s.pipeText
+		s.pipeText = lexedText{}
 		u := s.unnamed
 		if u != nil && string(rest) == u.key && a.pending() == 0 && (a.replay == nil || a.replay.stmt != u) {
 			// The same text as the client's last unnamed statement, which
@@ -314,7 +321,7 @@ func (s *session) handleParse(ctx context.Context) error {
 			// would be, instead of building and lexing them again.
 			u.used, u.gen = false, 0
 		} else {
-			u = newStmt("", rest)
+			u = newStmt("", rest, &lexed)
 			s.unnamed = u
 		}
 		s.push(a, entry{kind: eParse, unnamed: true})
@@ -325,7 +332,7 @@ func (s *session) handleParse(ctx context.Context) error {
 	}
 	name := string(nameB)
 	s.mu.Lock()
-	s.pipeTyp, s.pipeBody = 'P', body
+	s.pipeTyp, s.pipeBody, s.pipeText = 'P', body, lexedText{}
 	a, err := s.attachLocked(ctx)
 	if err != nil {
 		s.mu.Unlock()
@@ -346,7 +353,9 @@ func (s *session) handleParse(ctx context.Context) error {
 			fmt.Sprintf("prepared statements too large (limit %d bytes of statement text per client)", s.p.cfg.ClientStatementBytes), nil), false)
 	}
 	defer s.mu.Unlock()
-	st := newStmt(serverStmtName(rest), rest)
+	lexed := s.pipeText
+	s.pipeText = lexedText{}
+	st := newStmt(serverStmtName(rest), rest, &lexed)
 	// The name exists for the client only once the server accepts the
 	// Parse: the relay removes it again if the Parse fails or is skipped.
 	s.addClientStmt(name, st)
@@ -407,7 +416,7 @@ func (s *session) handleBind(ctx context.Context) error {
 		}
 	}
 	s.mu.Lock()
-	s.pipeTyp, s.pipeBody = 'B', body
+	s.pipeTyp, s.pipeBody, s.pipeText = 'B', body, lexedText{}
 	a, err := s.attachLocked(ctx)
 	if err != nil {
 		s.mu.Unlock()
@@ -473,7 +482,7 @@ func (s *session) handleDescribe(ctx context.Context) error {
 		return fatal(pgproto.CodeProtocolViolation, "invalid Describe message", nil)
 	}
 	s.mu.Lock()
-	s.pipeTyp, s.pipeBody = 'D', body
+	s.pipeTyp, s.pipeBody, s.pipeText = 'D', body, lexedText{}
 	a, err := s.attachLocked(ctx)
 	if err != nil {
 		s.mu.Unlock()
@@ -593,7 +602,9 @@ func (s *session) handleQuery(ctx context.Context) error {
 	}
 	s.mu.Lock()
 	s.pipeTyp, s.pipeBody = 'Q', body
+	s.pipeText = lexedText{text: sql, plain: info.pipe, fp: info.fp}
 	a, err := s.attachLocked(ctx)
+	s.pipeText = lexedText{}
 	if err != nil {
 		s.mu.Unlock()
 		return s.raise(err, true)

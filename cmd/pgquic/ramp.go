@@ -80,6 +80,7 @@ type rampConfig struct {
 	tcpConns, quicConns, streams int
 	query                        string
 	poolSize                     int
+	pipelineDepth                int
 	user, database               string
 	calibrate                    int
 
@@ -182,6 +183,7 @@ func parseRampFlags(args []string, stdout, stderr io.Writer) (*rampConfig, error
 	fs.IntVar(&rc.quicConns, "quic-conns", defaultRampQUICConns, "QUIC connections")
 	fs.IntVar(&rc.streams, "streams", defaultRampStreams, "sessions (streams) per QUIC connection")
 	fs.StringVar(&rc.query, "query", loadgen.DefaultQuery, "the `SQL` every query runs (simple query protocol)")
+	fs.IntVar(&rc.pipelineDepth, "pipeline-depth", config.DefaultPipelineDepth, "the in-process pooler's cross-client pipelining depth (as pgquic serve --pipeline-depth; 1 or 0 turns it off), to compare the two")
 	fs.IntVar(&rc.poolSize, "pool-size", config.DefaultPoolSize, "server connections of the in-process pooler (target mode: the target's, for the model's pool ceiling; 0 leaves it out)")
 	fs.StringVar(&rc.user, "user", "", "user the sessions log in as (default: the --dsn URL's user, else postgres)")
 	fs.StringVar(&rc.database, "database", "", "database the sessions use (default: the --dsn URL's database, else postgres)")
@@ -287,6 +289,12 @@ func (rc *rampConfig) validate() error {
 	}
 	if strings.TrimSpace(rc.query) == "" {
 		bad("--query must not be empty")
+	}
+	switch {
+	case rc.pipelineDepth < 0:
+		bad("--pipeline-depth must not be negative (got %d)", rc.pipelineDepth)
+	case rc.targetMode() && rc.set["pipeline-depth"]:
+		bad("--pipeline-depth sets the in-process pooler's; a target runs its own settings")
 	}
 	switch {
 	case !rc.targetMode() && rc.poolSize < 1:

@@ -285,6 +285,7 @@ func (rs *rampSession) startPooler(ctx context.Context) error {
 	cfg.TCPListen, cfg.QUICListen, cfg.MetricsListen = "127.0.0.1:0", "127.0.0.1:0", ""
 	cfg.Backend = rc.dsn
 	cfg.PoolSize = rc.poolSize
+	cfg.PipelineDepth = max(rc.pipelineDepth, 1) // 0 means off, as for pgquic serve
 	cfg.TLSCert, cfg.TLSKey = certFile, keyFile
 	cfg.ShutdownGrace = rampShutdownGrace
 	cfg.ApplyDefaults()

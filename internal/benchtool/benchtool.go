@@ -92,7 +92,7 @@ func parseArgs(args []string, stderr io.Writer) (Config, error) {
 	fs.IntVar(&cfg.Jobs, "jobs", 2, "pgbench threads (-j)")
 	fs.StringVar(&cfg.PgquicBin, "pgquic", "", "pgquic binary to measure (scripts/bench-pgbouncer builds one)")
 	fs.StringVar(&pgquicFlags, "pgquic-flags", "", "extra `pgquic serve` flags for both pgquic targets")
-	fs.StringVar(&cfg.PgbouncerBin, "pgbouncer", "", "PgBouncer binary (default: PATH, then /usr/sbin/pgbouncer)")
+	fs.StringVar(&cfg.PgbouncerBin, "pgbouncer", "", "PgBouncer binary (default: PATH, then /usr/sbin/pgbouncer); 1.21 and later also run -M prepared (max_prepared_statements)")
 	fs.StringVar(&cfg.PgbenchBin, "pgbench", "", "pgbench binary (default: PATH)")
 	fs.StringVar(&cfg.Out, "out", "", "directory for runs.tsv and summary.md (default: a new temporary directory)")
 	fs.BoolVar(&cfg.Strace, "strace", false, "after the rounds, one run per pooler under strace -c -f (when strace is installed)")

@@ -450,3 +450,104 @@ func TestThousands(t *testing.T) {
 		}
 	}
 }
+
+// TestPgBouncerVersionAndConfig checks that `pgbouncer --version` output is
+// parsed, hostile output refused, and that the generated configuration sets
+// max_prepared_statements from PgBouncer 1.21 on and marks -M prepared as
+// not supported before it, so it is never run and counted as failures.
+func TestPgBouncerVersionAndConfig(t *testing.T) {
+	for _, c := range []struct {
+		out, name string
+		ver       [2]int
+		prepared  bool
+	}{
+		{"PgBouncer 1.18.0\nlibevent 2.1.12-stable\nadns: c-ares 1.18.1\ntls: OpenSSL 3.0.11\n", "PgBouncer 1.18.0", [2]int{1, 18}, false},
+		{"PgBouncer 1.20.1\n", "PgBouncer 1.20.1", [2]int{1, 20}, false},
+		{"PgBouncer 1.21.0\n", "PgBouncer 1.21.0", [2]int{1, 21}, true},
+		{"PgBouncer 1.23.1-fixed\n", "PgBouncer 1.23.1", [2]int{1, 23}, true},
+		{"PgBouncer 1.25.2\nlibevent 2.1.12-stable\nadns: evdns2\n", "PgBouncer 1.25.2", [2]int{1, 25}, true},
+		{"pgbouncer version 1.7.2\n", "PgBouncer 1.7.2", [2]int{1, 7}, false},
+		{"PgBouncer 2.0\n", "PgBouncer 2.0", [2]int{2, 0}, true},
+	} {
+		name, ver, err := parseBouncerVersion([]byte(c.out))
+		if err != nil || name != c.name || ver != c.ver {
+			t.Errorf("parseBouncerVersion(%q) = %q, %v, %v; want %q, %v", c.out, name, ver, err, c.name, c.ver)
+			continue
+		}
+		if got := bouncerKeepsPrepared(ver); got != c.prepared {
+			t.Errorf("%s: keeps prepared statements %v, want %v", name, got, c.prepared)
+		}
+		ini, flags, skip := bouncerSetup(bouncerConf{name: name, ver: ver, serverPort: 5432, port: 6432, dir: "/d", pool: 20})
+		for _, want := range []string{"bench = host=127.0.0.1 port=5432 dbname=bench\n", "listen_port = 6432\n",
+			"pool_mode = transaction\n", "default_pool_size = 20\n", "min_pool_size = 20\n", "logfile = /d/pgbouncer.log\n"} {
+			if !strings.Contains(ini, want) {
+				t.Errorf("%s: pgbouncer.ini lacks %q:\n%s", name, want, ini)
+			}
+		}
+		if !strings.HasPrefix(flags, name+", pool_mode = transaction, default_pool_size = 20") {
+			t.Errorf("%s: flags %q do not name the version and pool", name, flags)
+		}
+		setting := "max_prepared_statements = 200"
+		if c.prepared {
+			if !strings.Contains(ini, "\n"+setting+"\n") || !strings.Contains(flags, setting) || len(skip) != 0 {
+				t.Errorf("%s: want %q in the ini and flags and no mode skipped; flags %q, skip %v, ini:\n%s", name, setting, flags, skip, ini)
+			}
+			continue
+		}
+		if strings.Contains(ini, "max_prepared_statements") || strings.Contains(flags, "max_prepared_statements") {
+			t.Errorf("%s: max_prepared_statements set for a version without it:\n%s", name, ini)
+		}
+		if r, ok := skip["prepared"]; !ok || r.short != "not supported by "+name || !strings.Contains(r.why, "1.21") || len(skip) != 1 {
+			t.Errorf("%s: skip %v, want only prepared, not supported by %s", name, skip, name)
+		}
+	}
+	for _, out := range []string{"", "pgbouncer: unknown option\n", "PgBouncer x.y\n", "PgBouncer 1\n",
+		"PgBouncer 99999999999999999999.1\n", "PgBouncer 1.99999999999999999999\n"} {
+		if name, ver, err := parseBouncerVersion([]byte(out)); err == nil {
+			t.Errorf("parseBouncerVersion(%q) = %q, %v; want an error", out, name, ver)
+		}
+	}
+}
+
+// TestReportNamesUnsupportedMode checks that a query mode a target skips
+// shows in the medians, the ratios and the Markdown summary as not
+// supported, with no figures, next to the targets that ran it, and that the
+// summary names the PgBouncer it measured.
+func TestReportNamesUnsupportedMode(t *testing.T) {
+	var w bytes.Buffer
+	e := &env{w: &w, cfg: Config{Rounds: 1, Seconds: 3, Pool: 20, Clients: []int{20}, Modes: []string{"extended", "prepared"},
+		Out: t.TempDir()}, info: envInfo{bouncer: "PgBouncer 1.18.0"}}
+	_, _, skip := bouncerSetup(bouncerConf{name: "PgBouncer 1.18.0", ver: [2]int{1, 18}, pool: 20})
+	e.targets = []*target{
+		{name: targetPgquic, proc: &child{}, flags: "--pool-size 20"},
+		{name: targetBouncer, proc: &child{}, skip: skip, flags: "PgBouncer 1.18.0, pool_mode = transaction, default_pool_size = 20"},
+	}
+	row := func(mode, target string, tps float64) runRow {
+		return runRow{round: 1, mode: mode, clients: 20, target: target, status: "ok", tps: tps, txns: int64(tps) * 3,
+			poolerUs: 40, pgUs: 80, pgbenchUs: 30, rwSys: 4, sys: 5, ctxsw: 1, busyMean: 1, busyMax: 3, seconds: 3}
+	}
+	rows := []runRow{row("extended", targetPgquic, 12000), row("extended", targetBouncer, 10000), row("prepared", targetPgquic, 15000)}
+	if err := e.report(rows, nil); err != nil {
+		t.Fatal(err)
+	}
+	text := w.String()
+	t.Log(text)
+	for _, want := range []string{
+		"pgquic / pgbouncer: tps 1.20x",
+		"med   prepared saturation, 20 clients pgbouncer     not supported by PgBouncer 1.18.0\n",
+		"      pgquic / pgbouncer: not supported by PgBouncer 1.18.0\n",
+		"PgBouncer 1.18.0; 1 round(s)",
+		"Poolers: pgquic: --pool-size 20; pgbouncer: PgBouncer 1.18.0, pool_mode = transaction, default_pool_size = 20.\n",
+		"| prepared | saturation, 20 clients | pgquic | 15,000 | 0 |",
+		"| prepared | saturation, 20 clients | pgbouncer | not supported by PgBouncer 1.18.0 | - | - | - | - | - | - | - | - |\n",
+		"| extended | saturation, 20 clients | pgquic / pgbouncer | 1.20x | 1.00x | 1.00x |\n",
+		"| prepared | saturation, 20 clients | pgquic / pgbouncer | not supported by PgBouncer 1.18.0 | - | - |\n",
+	} {
+		if !strings.Contains(text, want) {
+			t.Errorf("report lacks %q:\n%s", want, text)
+		}
+	}
+	if strings.Contains(text, "| prepared | saturation, 20 clients | pgbouncer | - |") {
+		t.Errorf("a skipped mode reported as an empty run:\n%s", text)
+	}
+}

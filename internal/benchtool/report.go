@@ -94,12 +94,14 @@ func printRow(w io.Writer, r runRow) {
 		dash(r.ctxsw, 2), fmt.Sprintf("%.1f/%d", r.busyMean, r.busyMax), status)
 }
 
-// group is the runs of one (mode, load, target) over the rounds.
+// group is the runs of one (mode, load, target) over the rounds, or the
+// reason the target does not run the mode (then it has no rows).
 type group struct {
-	mode   string
-	ld     load
-	target string
-	rows   []runRow
+	mode    string
+	ld      load
+	target  string
+	rows    []runRow
+	skipped string // "not supported by PgBouncer 1.18.0"; empty when run
 }
 
 // median of the runs' values of one column, NaN values left out.
@@ -145,13 +147,19 @@ func (g group) medians() runRow {
 	return m
 }
 
-// groupRows groups the runs in the order they were planned.
+// groupRows groups the runs in the order they were planned, with a group
+// for every (mode, load) a target skips so the tables say why it is absent.
 func (e *env) groupRows(rows []runRow) []group {
 	var out []group
 	for mi, mode := range e.cfg.Modes {
 		for _, ld := range e.cfg.loads(mi) {
 			for _, t := range e.targets {
 				g := group{mode: mode, ld: ld, target: t.name}
+				if r, ok := t.skip[mode]; ok {
+					g.skipped = r.short
+					out = append(out, g)
+					continue
+				}
 				for _, r := range rows {
 					if r.mode == mode && r.clients == ld.clients && r.rate == ld.rate && r.target == t.name {
 						g.rows = append(g.rows, r)
@@ -195,11 +203,15 @@ func (e *env) report(rows []runRow, traces []straceReport) error {
 	fmt.Fprintf(e.w, rowFormat, "", "mode", "load", "target", "tps", "failed",
 		"pooler_us", "pg_us", "pgbench_us", "rw_sys", "sys", "ctxsw", "busy")
 	for i, g := range groups {
-		m := g.medians()
-		med[key(g.mode, g.ld, g.target)] = m
 		if i > 0 && (groups[i-1].mode != g.mode || groups[i-1].ld != g.ld) {
 			e.printRatios(med, groups[i-1].mode, groups[i-1].ld, key)
 		}
+		if g.skipped != "" {
+			fmt.Fprintf(e.w, "%-5s %-8s %-22s %-13s %s\n", "med", g.mode, g.ld, g.target, g.skipped)
+			continue
+		}
+		m := g.medians()
+		med[key(g.mode, g.ld, g.target)] = m
 		printRow(e.w, m)
 	}
 	if len(groups) > 0 {
@@ -238,10 +250,26 @@ func (e *env) printRatios(med map[string]runRow, mode string, ld load, key func(
 	for _, p := range ratioPairs {
 		a, okA := med[key(mode, ld, p[0])]
 		b, okB := med[key(mode, ld, p[1])]
-		if okA && okB {
+		switch {
+		case okA && okB:
 			fmt.Fprintf(e.w, "      %s\n", ratioLine(a, b))
+		case okA:
+			if why, ok := e.skipped(p[1], mode); ok {
+				fmt.Fprintf(e.w, "      %s / %s: %s\n", p[0], p[1], why)
+			}
 		}
 	}
+}
+
+// skipped returns why the target does not run the query mode, if it is
+// one of the targets and skips it.
+func (e *env) skipped(target, mode string) (string, bool) {
+	for _, t := range e.targets {
+		if r, ok := t.skip[mode]; ok && t.name == target {
+			return r.short, true
+		}
+	}
+	return "", false
 }
 
 // highRateNotes say what rate the high-rate runs reached and how many
@@ -279,9 +307,22 @@ func (e *env) markdown(groups []group, med map[string]runRow, key func(string, l
 		"Linux %s, %d CPUs, %s, %s, %s, %s; %d round(s) of %d s per run, targets interleaved, medians; load average %s at the start, %s at the end.\n\n",
 		e.cfg.Pool, i.date, i.kernel, i.cpus, i.goVersion, i.pgVersion, i.pgbench, orDash(i.bouncer),
 		e.cfg.Rounds, e.cfg.Seconds, i.loadStart, i.loadEnd)
+	var poolers []string
+	for _, t := range e.targets {
+		if t.proc != nil {
+			poolers = append(poolers, fmt.Sprintf("%s: %s", t.name, t.flags))
+		}
+	}
+	if len(poolers) > 0 {
+		fmt.Fprintf(&b, "Poolers: %s.\n\n", strings.Join(poolers, "; "))
+	}
 	b.WriteString("| mode | load | target | tps | failed | pooler µs/q | PostgreSQL µs/q | pgbench µs/q | pooler read+write syscalls/q | pooler syscalls/q | pooler ctx switches/q | busy server conns mean / max |\n")
 	b.WriteString("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, g := range groups {
+		if g.skipped != "" {
+			fmt.Fprintf(&b, "| %s | %s | %s | %s | - | - | - | - | - | - | - | - |\n", g.mode, g.ld, g.target, g.skipped)
+			continue
+		}
 		m := med[key(g.mode, g.ld, g.target)]
 		fmt.Fprintf(&b, "| %s | %s | %s | %s | %d | %s | %s | %s | %s | %s | %s | %.1f / %d |\n",
 			g.mode, g.ld, g.target, thousands(m.tps), m.failed, dash(m.poolerUs, 1), dash(m.pgUs, 1),
@@ -298,6 +339,9 @@ func (e *env) markdown(groups []group, med map[string]runRow, key func(string, l
 		for _, p := range ratioPairs {
 			m, okA := med[key(g.mode, g.ld, p[0])]
 			bm, okB := med[key(g.mode, g.ld, p[1])]
+			if why, skip := e.skipped(p[1], g.mode); okA && skip {
+				ratios = append(ratios, fmt.Sprintf("| %s | %s | %s / %s | %s | - | - |", g.mode, g.ld, p[0], p[1], why))
+			}
 			if !okA || !okB {
 				continue
 			}

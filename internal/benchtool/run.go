@@ -242,9 +242,9 @@ func (e *env) setUp(ctx context.Context) error {
 		} else {
 			fmt.Fprintf(e.w, "  %-14s port %d, PostgreSQL's own\n", t.name, t.port)
 		}
-		for mode, why := range t.skip {
+		for mode, r := range t.skip {
 			if slices.Contains(e.cfg.Modes, mode) {
-				e.notes = append(e.notes, fmt.Sprintf("%s skipped in -M %s: %s", t.name, mode, why))
+				e.notes = append(e.notes, fmt.Sprintf("%s skipped in -M %s: %s; %s", t.name, mode, r.short, r.why))
 			}
 		}
 		e.targets = append(e.targets, t)

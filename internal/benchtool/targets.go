@@ -37,10 +37,16 @@ var allTargets = []string{targetDirect, targetPgquic, targetNoPipe, targetBounce
 type target struct {
 	name  string
 	port  int
-	proc  *child            // nil for direct
-	pid   func() int        // the pooler process to measure; nil for direct
-	skip  map[string]string // query mode -> why this target cannot run it
-	flags string            // how the pooler was started, for the report
+	proc  *child                // nil for direct
+	pid   func() int            // the pooler process to measure; nil for direct
+	skip  map[string]skipReason // query mode -> why this target cannot run it
+	flags string                // how the pooler was started, for the report
+}
+
+// skipReason says why a target does not run a query mode: short for the
+// medians tables ("not supported by PgBouncer 1.18.0"), why for the notes.
+type skipReason struct {
+	short, why string
 }
 
 // freePort asks the kernel for a free loopback TCP port.
@@ -96,42 +102,89 @@ func (e *env) startPgquic(ctx context.Context, name string, extra []string) (*ta
 	return t, nil
 }
 
-// pgbouncerVersion parses `pgbouncer --version`, e.g. "PgBouncer 1.18.0".
+// bouncerPreparedSince is the first PgBouncer release that keeps
+// protocol-level prepared statements in transaction mode, with its
+// max_prepared_statements setting; older ones cannot run -M prepared.
+var bouncerPreparedSince = [2]int{1, 21}
+
+// bouncerMaxPrepared is max_prepared_statements in the generated config:
+// far above the one statement pgbench -S prepares, so PgBouncer never
+// evicts it.
+const bouncerMaxPrepared = 200
+
+// bouncerVersionRE matches `pgbouncer --version`'s first line, e.g.
+// "PgBouncer 1.18.0" or "PgBouncer 1.23.1-fixed" (old releases said
+// "pgbouncer version 1.7.2").
+var bouncerVersionRE = regexp.MustCompile(`(?i)pgbouncer (?:version )?(\d+)\.(\d+)[.0-9]*`)
+
+// pgbouncerVersion runs `pgbouncer --version` and parses its output.
 func pgbouncerVersion(bin string) (string, [2]int, error) {
 	out, err := exec.Command(bin, "--version").CombinedOutput()
 	if err != nil {
 		return "", [2]int{}, fmt.Errorf("%s --version: %w", bin, err)
 	}
-	m := regexp.MustCompile(`PgBouncer (\d+)\.(\d+)[.0-9]*`).FindSubmatch(out)
-	if m == nil {
-		return "", [2]int{}, fmt.Errorf("%s --version: unexpected output %q", bin, out)
+	name, ver, err := parseBouncerVersion(out)
+	if err != nil {
+		return "", [2]int{}, fmt.Errorf("%s --version: %w", bin, err)
 	}
-	maj, _ := strconv.Atoi(string(m[1]))
-	mnr, _ := strconv.Atoi(string(m[2]))
-	return string(m[0]), [2]int{maj, mnr}, nil
+	return name, ver, nil
 }
 
-// startPgBouncer runs PgBouncer in transaction mode with the same pool
-// size. As root it runs as the postgres user, since PgBouncer refuses root.
-// PgBouncer before 1.21 cannot keep protocol-level prepared statements in
-// transaction mode, so -M prepared is skipped for it.
-func (e *env) startPgBouncer(ctx context.Context) (*target, error) {
-	port, err := freePort()
-	if err != nil {
-		return nil, err
+// parseBouncerVersion finds PgBouncer's name and version in the output of
+// `pgbouncer --version`: the name as the report prints it ("PgBouncer
+// 1.25.2") and the major and minor numbers the config depends on.
+func parseBouncerVersion(out []byte) (string, [2]int, error) {
+	m := bouncerVersionRE.FindSubmatch(out)
+	if m == nil {
+		return "", [2]int{}, fmt.Errorf("no PgBouncer version in %q", out)
 	}
-	dir := filepath.Join(e.workDir, "pgbouncer")
-	if err := os.Mkdir(dir, 0o755); err != nil {
-		return nil, err
+	maj, err1 := strconv.Atoi(string(m[1]))
+	mnr, err2 := strconv.Atoi(string(m[2]))
+	if err := errors.Join(err1, err2); err != nil {
+		return "", [2]int{}, fmt.Errorf("PgBouncer version in %q: %w", out, err)
 	}
+	ver := strings.TrimPrefix(strings.ToLower(string(m[0])), "pgbouncer ")
+	return "PgBouncer " + strings.TrimPrefix(ver, "version "), [2]int{maj, mnr}, nil
+}
+
+// bouncerKeepsPrepared reports whether PgBouncer version v keeps
+// protocol-level prepared statements in transaction mode.
+func bouncerKeepsPrepared(v [2]int) bool {
+	return v[0] > bouncerPreparedSince[0] || v[0] == bouncerPreparedSince[0] && v[1] >= bouncerPreparedSince[1]
+}
+
+// bouncerConf is what PgBouncer's generated configuration depends on.
+type bouncerConf struct {
+	name       string // "PgBouncer 1.18.0", from --version
+	ver        [2]int
+	serverPort int    // PostgreSQL's port
+	port       int    // PgBouncer's listening port
+	dir        string // its config, auth file and log
+	pool       int
+}
+
+// bouncerSetup generates pgbouncer.ini for the bench database in
+// transaction mode with the pool size pgquic gets, the description of it
+// for the report, and the query modes this version cannot run: with 1.21
+// and later max_prepared_statements makes -M prepared work, before that
+// PgBouncer would pass pgbench's named statements to whichever server
+// connection the next transaction gets and every client would fail, so
+// -M prepared is reported as not supported instead of measured.
+func bouncerSetup(c bouncerConf) (ini, flags string, skip map[string]skipReason) {
 	extra := ""
-	skip := map[string]string{}
-	if v := e.bouncerVer; v[0] > 1 || v[0] == 1 && v[1] >= 21 {
-		extra = "max_prepared_statements = 200\n"
+	flags = fmt.Sprintf("%s, pool_mode = transaction, default_pool_size = %d", c.name, c.pool)
+	skip = map[string]skipReason{}
+	if bouncerKeepsPrepared(c.ver) {
+		extra = fmt.Sprintf("max_prepared_statements = %d\n", bouncerMaxPrepared)
+		flags += fmt.Sprintf(", max_prepared_statements = %d", bouncerMaxPrepared)
 	} else {
-		skip["prepared"] = fmt.Sprintf("%s keeps no prepared statements in transaction mode (1.21+ does)", e.bouncerName)
+		skip["prepared"] = skipReason{
+			short: "not supported by " + c.name,
+			why: fmt.Sprintf("it keeps no prepared statements in transaction mode (%d.%d and later do, with max_prepared_statements)",
+				bouncerPreparedSince[0], bouncerPreparedSince[1]),
+		}
 	}
-	ini := fmt.Sprintf(`[databases]
+	ini = fmt.Sprintf(`[databases]
 %[1]s = host=127.0.0.1 port=%[2]d dbname=%[1]s
 
 [pgbouncer]
@@ -146,7 +199,24 @@ min_pool_size = %[5]d
 max_client_conn = 5000
 ignore_startup_parameters = extra_float_digits
 logfile = %[4]s/pgbouncer.log
-%[6]s`, benchDB, e.cluster.Port, port, dir, e.cfg.Pool, extra)
+%[6]s`, benchDB, c.serverPort, c.port, c.dir, c.pool, extra)
+	return ini, flags, skip
+}
+
+// startPgBouncer runs PgBouncer in transaction mode with the same pool
+// size (bouncerSetup). As root it runs as the postgres user, since
+// PgBouncer refuses root.
+func (e *env) startPgBouncer(ctx context.Context) (*target, error) {
+	port, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	dir := filepath.Join(e.workDir, "pgbouncer")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		return nil, err
+	}
+	ini, flags, skip := bouncerSetup(bouncerConf{name: e.bouncerName, ver: e.bouncerVer,
+		serverPort: e.cluster.Port, port: port, dir: dir, pool: e.cfg.Pool})
 	for name, body := range map[string]string{
 		"pgbouncer.ini": ini,
 		"userlist.txt":  "\"postgres\" \"\"\n",
@@ -174,8 +244,7 @@ logfile = %[4]s/pgbouncer.log
 		return nil, err
 	}
 	e.children = append(e.children, c)
-	t := &target{name: targetBouncer, port: port, proc: c, pid: c.pid, skip: skip,
-		flags: fmt.Sprintf("pool_mode = transaction, default_pool_size = %d", e.cfg.Pool)}
+	t := &target{name: targetBouncer, port: port, proc: c, pid: c.pid, skip: skip, flags: flags}
 	if err := e.waitServing(ctx, t, filepath.Join(dir, "pgbouncer.log")); err != nil {
 		return nil, err
 	}
