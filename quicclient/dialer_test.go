@@ -281,6 +281,11 @@ func TestManyConcurrentStreams(t *testing.T) {
 	if st.Conns != conns || st.Streams != n {
 		t.Fatalf("dialer stats %+v, want %d conns, %d streams", st, conns, n)
 	}
+	// Every stream wrote and read a startup packet: at least one packet each
+	// way per connection, at most a few per stream.
+	if st.PacketsSent < uint64(conns) || st.PacketsReceived < uint64(conns) || st.PacketsSent > uint64(10*n+100) {
+		t.Fatalf("dialer stats %+v: packet counts out of range for %d streams", st, n)
+	}
 	d.mu.Lock()
 	for _, cc := range d.slots {
 		if cc != nil && cc.open > perConn {

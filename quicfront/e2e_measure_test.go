@@ -30,6 +30,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/pgquic/pgquic/edge"
 	"github.com/pgquic/pgquic/internal/pgtest"
 	"github.com/pgquic/pgquic/quicclient"
 	"github.com/pgquic/pgquic/quicfront"
@@ -58,7 +59,7 @@ const (
 	envClientPin   = "PGQUIC_E2E_CLIENT_PIN"   // QUIC certificate pin
 	envClientN     = "PGQUIC_E2E_CLIENT_N"     // sessions
 	envClientConns = "PGQUIC_E2E_CLIENT_CONNS" // QUIC connections
-	// With a rate, the helper runs fixed-rate queries instead of idling.
+	// With a load ("max" or a rate), the client subprocess runs queries instead of idling.
 	envClientRate    = "PGQUIC_E2E_CLIENT_RATE"
 	envClientSeconds = "PGQUIC_E2E_CLIENT_SECONDS"
 	// With PGQUIC_E2E_CLIENT_QUERY=1 each idle session first runs one query.
@@ -95,8 +96,8 @@ func TestE2EMeasureClientHelper(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if rate := envInt(envClientRate, 0); rate > 0 {
-		// Fixed-rate mode for TestE2EMeasureServerProfile.
+	if load := os.Getenv(envClientRate); load != "" {
+		// Fixed-rate or saturation mode for TestE2EMeasureServerProfile.
 		conns := make([]*pgx.Conn, n)
 		for i := range conns {
 			c, err := pgx.ConnectConfig(ctx, cfg)
@@ -106,10 +107,10 @@ func TestE2EMeasureClientHelper(t *testing.T) {
 			defer c.Close(context.Background())
 			conns[i] = c
 		}
-		fixedRate(ctx, conns, rate, time.Second) // warm up
+		fixedRate(ctx, conns, 2000, time.Second) // warm up
 		fmt.Println("READY")
 		_, _ = bufio.NewReader(os.Stdin).ReadString('\n')
-		done, errs := fixedRate(ctx, conns, rate, time.Duration(envInt(envClientSeconds, 10))*time.Second)
+		done, errs := runLoad(ctx, conns, load, time.Duration(envInt(envClientSeconds, 10))*time.Second)
 		fmt.Printf("DONE %d %d\n", done, errs)
 		return
 	}
@@ -348,19 +349,147 @@ func fixedRate(ctx context.Context, conns []*pgx.Conn, rate int, d time.Duration
 	return ok.Load(), bad.Load()
 }
 
+// saturate runs queries back to back on every connection for d and returns
+// completed queries and errors: the highest rate the clients, the server and
+// PostgreSQL reach together.
+func saturate(ctx context.Context, conns []*pgx.Conn, d time.Duration) (done, errs int64) {
+	var wg sync.WaitGroup
+	var ok, bad atomic.Int64
+	end := time.Now().Add(d)
+	for _, c := range conns {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var v float64
+			for time.Now().Before(end) {
+				if err := c.QueryRow(ctx, measureQuery).Scan(&v); err != nil {
+					bad.Add(1)
+					continue
+				}
+				ok.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	return ok.Load(), bad.Load()
+}
+
+// runLoad runs load ("max" for saturation, else queries per second) on conns
+// for d.
+func runLoad(ctx context.Context, conns []*pgx.Conn, load string, d time.Duration) (done, errs int64) {
+	if load == "max" {
+		return saturate(ctx, conns, d)
+	}
+	rate, err := strconv.Atoi(load)
+	if err != nil || rate <= 0 {
+		panic("load must be max or a positive rate: " + load)
+	}
+	return fixedRate(ctx, conns, rate, d)
+}
+
+// ctxSwitches sums the voluntary and involuntary context switches of every
+// thread of a process.
+func ctxSwitches(pid int) int64 {
+	dirs, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/status", pid))
+	var n int64
+	for _, f := range dirs {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		for _, l := range strings.Split(string(b), "\n") {
+			if strings.HasPrefix(l, "voluntary_ctxt_switches:") || strings.HasPrefix(l, "nonvoluntary_ctxt_switches:") {
+				v, _ := strconv.ParseInt(strings.TrimSpace(l[strings.IndexByte(l, ':')+1:]), 10, 64)
+				n += v
+			}
+		}
+	}
+	return n
+}
+
+// perfSyscalls are the system calls TestE2EMeasureCPUPerQuery counts per
+// query with PGQUIC_MEASURE_PERF=1; raw_syscalls:sys_enter is all of them.
+var perfSyscalls = []string{"raw_syscalls:sys_enter", "syscalls:sys_enter_read", "syscalls:sys_enter_write",
+	"syscalls:sys_enter_sendmsg", "syscalls:sys_enter_recvmsg", "syscalls:sys_enter_recvmmsg",
+	"syscalls:sys_enter_futex", "syscalls:sys_enter_epoll_pwait", "syscalls:sys_enter_nanosleep"}
+
+// perfStat counts perfSyscalls of process pid until the returned function is
+// called, which returns the counts by short name (e.g. "sendmsg", "all").
+// It returns nil when perf cannot start.
+func perfStat(t *testing.T, pid int) func() map[string]int64 {
+	t.Helper()
+	out := filepath.Join(t.TempDir(), "perf.csv")
+	cmd := exec.Command("perf", "stat", "-x,", "-o", out, "-e", strings.Join(perfSyscalls, ","), "-p", strconv.Itoa(pid))
+	if err := cmd.Start(); err != nil {
+		t.Logf("perf stat: %v", err)
+		return nil
+	}
+	time.Sleep(200 * time.Millisecond) // let perf attach
+	return func() map[string]int64 {
+		_ = cmd.Process.Signal(os.Interrupt)
+		_ = cmd.Wait()
+		b, _ := os.ReadFile(out)
+		m := map[string]int64{}
+		for _, l := range strings.Split(string(b), "\n") {
+			f := strings.Split(l, ",")
+			if len(f) < 3 {
+				continue
+			}
+			v, err := strconv.ParseInt(f[0], 10, 64)
+			if err != nil {
+				continue
+			}
+			name := strings.TrimPrefix(strings.TrimPrefix(f[2], "syscalls:sys_enter_"), "raw_syscalls:sys_enter")
+			if name == "" {
+				name = "all"
+			}
+			m[name] = v
+		}
+		return m
+	}
+}
+
+func envList(name, def string) []string {
+	v := os.Getenv(name)
+	if v == "" {
+		v = def
+	}
+	return strings.Split(v, ",")
+}
+
+func median(v []float64) float64 {
+	if len(v) == 0 {
+		return 0
+	}
+	s := slices.Clone(v)
+	slices.Sort(s)
+	if len(s)%2 == 0 {
+		return (s[len(s)/2-1] + s[len(s)/2]) / 2
+	}
+	return s[len(s)/2]
+}
+
 // TestE2EMeasureCPUPerQuery compares the server CPU per query of the QUIC
-// front with the TCP front at the same fixed rate. The server is the real
-// `pgquic serve` binary (built here) in its own process, so its CPU time is
-// read from /proc/PID/stat before and after each phase without counting the
-// clients (this process) or PostgreSQL (other processes). TCP: 50 pgx
-// connections; QUIC: 50 pgx sessions over 4 QUIC connections. Phases
-// alternate TCP/QUIC; the medians are reported.
-// PGQUIC_MEASURE_RATE (default 2000 q/s), PGQUIC_MEASURE_SECONDS (10) and
-// PGQUIC_MEASURE_ROUNDS (3) tune it.
+// front with the TCP front under the same load. The server is the real
+// `pgquic serve` binary (built here) in its own process, serving both fronts,
+// so its CPU time is read from /proc/PID/stat before and after each phase
+// without counting the clients (this process) or PostgreSQL (other
+// processes). TCP: N pgx connections (and N more with TLS); QUIC: N pgx
+// sessions over a few QUIC connections. Phases alternate within each load;
+// the medians over the rounds and the ratios are reported.
+//
+// Knobs: PGQUIC_MEASURE_LOADS (comma-separated; "max" = every session
+// querying back to back, a number = that many queries per second in total;
+// default 2000), PGQUIC_MEASURE_SESSIONS (50), PGQUIC_MEASURE_QUIC_CONNS (4),
+// PGQUIC_MEASURE_PHASES (tcp,tcp+tls,quic), PGQUIC_MEASURE_SECONDS (10),
+// PGQUIC_MEASURE_ROUNDS (3), PGQUIC_MEASURE_SERVE_FLAGS (extra flags for
+// pgquic serve, space-separated).
 func TestE2EMeasureCPUPerQuery(t *testing.T) {
 	measureOnly(t)
-	rate, seconds, rounds := envInt("PGQUIC_MEASURE_RATE", 2000), envInt("PGQUIC_MEASURE_SECONDS", 10), envInt("PGQUIC_MEASURE_ROUNDS", 3)
-	ctx := testCtx(t, 10*time.Minute)
+	seconds, rounds := envInt("PGQUIC_MEASURE_SECONDS", 10), envInt("PGQUIC_MEASURE_ROUNDS", 3)
+	sessions, quicConns := envInt("PGQUIC_MEASURE_SESSIONS", 50), envInt("PGQUIC_MEASURE_QUIC_CONNS", 4)
+	loads, phases := envList("PGQUIC_MEASURE_LOADS", "2000"), envList("PGQUIC_MEASURE_PHASES", "tcp,tcp+tls,quic")
+	ctx := testCtx(t, 60*time.Minute)
 
 	bin := filepath.Join(t.TempDir(), "pgquic")
 	goBin := filepath.Join(runtime.GOROOT(), "bin", "go")
@@ -371,9 +500,11 @@ func TestE2EMeasureCPUPerQuery(t *testing.T) {
 	tcpAddr, quicAddr := freeAddr(t, "tcp"), freeAddr(t, "udp")
 	srvCtx, stopSrv := context.WithCancel(context.Background())
 	certFile, keyFile := writeCertFiles(t)
-	cmd := exec.CommandContext(srvCtx, bin, "serve", "--backend", cluster.SuperURL("postgres"),
+	args := []string{"serve", "--backend", cluster.SuperURL("postgres"),
 		"--tcp-listen", tcpAddr, "--quic-listen", quicAddr, "--metrics-listen", "",
-		"--pool-size", "20", "--min-pool", "20", "--tls-cert", certFile, "--tls-key", keyFile)
+		"--pool-size", "20", "--min-pool", "20", "--tls-cert", certFile, "--tls-key", keyFile}
+	args = append(args, strings.Fields(os.Getenv("PGQUIC_MEASURE_SERVE_FLAGS"))...)
+	cmd := exec.CommandContext(srvCtx, bin, args...)
 	cmd.Cancel = func() error { return cmd.Process.Signal(os.Interrupt) }
 	cmd.WaitDelay = 30 * time.Second
 	stderr, err := cmd.StderrPipe()
@@ -401,18 +532,60 @@ func TestE2EMeasureCPUPerQuery(t *testing.T) {
 	go func() { _, _ = io.Copy(io.Discard, stderr) }()
 	pid := cmd.Process.Pid
 
-	tcpCfg, err := pgx.ParseConfig("postgres://postgres:postgres@" + tcpAddr + "/postgres?sslmode=disable")
-	if err != nil {
-		t.Fatal(err)
+	cfgs := map[string]*pgx.ConnConfig{}
+	for name, url := range map[string]string{"tcp": "sslmode=disable", "tcp+tls": "sslmode=require"} {
+		c, err := pgx.ParseConfig("postgres://postgres:postgres@" + tcpAddr + "/postgres?" + url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfgs[name] = c
 	}
-	d, err := quicclient.NewDialer(quicclient.DialerConfig{Addr: quicAddr, Conns: 4, PinSHA256: fp}, nil)
+	d, err := quicclient.NewDialer(quicclient.DialerConfig{Addr: quicAddr, Conns: quicConns, PinSHA256: fp}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = d.Close() })
-	quicCfg := pgxConfig(t, d)
-	open := func(cfg *pgx.ConnConfig) []*pgx.Conn {
-		conns := make([]*pgx.Conn, 50)
+	cfgs["quic"] = pgxConfig(t, d)
+	// quic-nc: the same without the client's write coalescing.
+	dnc, err := quicclient.NewDialer(quicclient.DialerConfig{Addr: quicAddr, Conns: quicConns, PinSHA256: fp, NoCoalescing: true}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = dnc.Close() })
+	cfgs["quic-nc"] = pgxConfig(t, dnc)
+	dialers := map[string]*quicclient.Dialer{"quic": d, "quic-nc": dnc}
+	if slices.Contains(phases, "edge") {
+		// edge: pgx over TCP to a sidecar (edge.Edge in this process, its own
+		// Dialer), as pgbench or psql would reach the pooler.
+		de, err := quicclient.NewDialer(quicclient.DialerConfig{Addr: quicAddr, Conns: quicConns, PinSHA256: fp}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sidecar, err := edge.New(edge.Config{Listen: "127.0.0.1:0", Dialer: de}, nil, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := sidecar.Listen(); err != nil {
+			t.Fatal(err)
+		}
+		ectx, ecancel := context.WithCancel(context.Background())
+		edgeDone := make(chan struct{})
+		go func() { defer close(edgeDone); _ = sidecar.Serve(ectx) }()
+		t.Cleanup(func() { ecancel(); <-edgeDone; _ = de.Close() })
+		c, err := pgx.ParseConfig("postgres://postgres:postgres@" + sidecar.Addr().String() + "/postgres?sslmode=disable")
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfgs["edge"] = c
+		dialers["edge"] = de
+	}
+	sets := map[string][]*pgx.Conn{}
+	for _, name := range phases {
+		cfg, ok := cfgs[name]
+		if !ok {
+			t.Fatalf("unknown phase %q (tcp, tcp+tls, quic, quic-nc, edge)", name)
+		}
+		conns := make([]*pgx.Conn, sessions)
 		for i := range conns {
 			c, err := pgx.ConnectConfig(ctx, cfg)
 			if err != nil {
@@ -421,55 +594,92 @@ func TestE2EMeasureCPUPerQuery(t *testing.T) {
 			t.Cleanup(func() { _ = c.Close(context.Background()) })
 			conns[i] = c
 		}
-		return conns
+		if name == "tcp+tls" {
+			if _, ok := conns[0].PgConn().Conn().(*tls.Conn); !ok {
+				t.Fatalf("sslmode=require connection is %T, not TLS", conns[0].PgConn().Conn())
+			}
+		}
+		sets[name] = conns
 	}
-	tlsCfg, err := pgx.ParseConfig("postgres://postgres:postgres@" + tcpAddr + "/postgres?sslmode=require")
-	if err != nil {
-		t.Fatal(err)
-	}
-	phases := []string{"tcp", "tcp+tls", "quic"}
-	sets := map[string][]*pgx.Conn{"tcp": open(tcpCfg), "tcp+tls": open(tlsCfg), "quic": open(quicCfg)}
-	if st := sets["tcp+tls"][0].PgConn().Conn(); st == nil {
-		t.Fatal("no TLS connection")
-	} else if _, ok := st.(*tls.Conn); !ok {
-		t.Fatalf("sslmode=require connection is %T, not TLS", st)
-	}
-	t.Logf("QUIC dialer: %+v", d.Stats())
+	t.Logf("QUIC dialers: %+v, without coalescing %+v", d.Stats(), dnc.Stats())
 	for _, name := range phases { // warm up: statement caches, pool
-		fixedRate(ctx, sets[name], rate, 2*time.Second)
+		fixedRate(ctx, sets[name], 2000, 2*time.Second)
 	}
 	time.Sleep(time.Second)
 	idle0 := procCPU(t, pid)
 	time.Sleep(5 * time.Second)
 	idleCPU := procCPU(t, pid) - idle0
-	t.Logf("load average at start: %s; server idle CPU %v per 5s", loadavg(), idleCPU)
+	t.Logf("load average at start: %s; server idle CPU %v per 5s; %d sessions per phase, QUIC over %d connections",
+		loadavg(), idleCPU, sessions, quicConns)
 
-	per := map[string][]float64{}
+	type key struct{ load, phase string }
+	cpuPer, csPer, qps := map[key][]float64{}, map[key][]float64{}, map[key][]float64{}
 	for r := 0; r < rounds; r++ {
-		for _, name := range phases {
-			time.Sleep(500 * time.Millisecond)
-			c0 := procCPU(t, pid)
-			t0 := time.Now()
-			done, errs := fixedRate(ctx, sets[name], rate, time.Duration(seconds)*time.Second)
-			wall := time.Since(t0)
-			cpu := procCPU(t, pid) - c0
-			if errs > 0 {
-				t.Fatalf("%s phase: %d query errors", name, errs)
+		for _, load := range loads {
+			order := slices.Clone(phases)
+			for i := 0; i < r%len(order); i++ { // rotate the order each round
+				order = append(order[1:], order[0])
 			}
-			us := float64(cpu.Microseconds()) / float64(done)
-			per[name] = append(per[name], us)
-			t.Logf("round %d %-7s: %d queries in %v (%.0f q/s), server CPU %v = %.1f µs/query; load %s",
-				r+1, name, done, wall.Round(time.Millisecond), float64(done)/wall.Seconds(), cpu, us, loadavg())
+			for _, name := range order {
+				time.Sleep(500 * time.Millisecond)
+				var stopPerf func() map[string]int64
+				if os.Getenv("PGQUIC_MEASURE_PERF") == "1" {
+					stopPerf = perfStat(t, pid)
+				}
+				var p0 quicclient.DialerStats
+				if qd := dialers[name]; qd != nil {
+					p0 = qd.Stats()
+				}
+				c0, s0, cl0 := procCPU(t, pid), ctxSwitches(pid), procCPU(t, os.Getpid())
+				t0 := time.Now()
+				done, errs := runLoad(ctx, sets[name], load, time.Duration(seconds)*time.Second)
+				wall := time.Since(t0)
+				cpu, cs, client := procCPU(t, pid)-c0, ctxSwitches(pid)-s0, procCPU(t, os.Getpid())-cl0
+				sys := fmt.Sprintf("; clients (this process) %.1f µs/query", float64(client.Microseconds())/float64(done))
+				if qd := dialers[name]; qd != nil {
+					// The server receives what the clients send and sends what they receive.
+					p1 := qd.Stats()
+					sys += fmt.Sprintf("; QUIC packets/query in %.2f, out %.2f",
+						float64(p1.PacketsSent-p0.PacketsSent)/float64(done), float64(p1.PacketsReceived-p0.PacketsReceived)/float64(done))
+				}
+				if stopPerf != nil {
+					counts := stopPerf()
+					sys += "; syscalls/query (perf, phase plus ~0.2 s):"
+					for _, n := range []string{"all", "read", "write", "sendmsg", "recvmsg", "recvmmsg", "futex", "epoll_pwait", "nanosleep"} {
+						sys += fmt.Sprintf(" %s=%.2f", n, float64(counts[n])/float64(done))
+					}
+				}
+				if errs > 0 {
+					t.Fatalf("%s phase: %d query errors", name, errs)
+				}
+				k := key{load, name}
+				us := float64(cpu.Microseconds()) / float64(done)
+				cpuPer[k] = append(cpuPer[k], us)
+				csPer[k] = append(csPer[k], float64(cs)/float64(done))
+				qps[k] = append(qps[k], float64(done)/wall.Seconds())
+				t.Logf("round %d load %-5s %-7s: %d queries in %v (%.0f q/s), server CPU %v = %.1f µs/query, %.2f ctx switches/query%s; load %s",
+					r+1, load, name, done, wall.Round(time.Millisecond), float64(done)/wall.Seconds(), cpu, us, float64(cs)/float64(done), sys, loadavg())
+			}
 		}
 	}
-	med := func(v []float64) float64 {
-		s := slices.Clone(v)
-		slices.Sort(s)
-		return s[len(s)/2]
+	for _, load := range loads {
+		var b strings.Builder
+		for _, name := range phases {
+			k := key{load, name}
+			fmt.Fprintf(&b, "; %s %.1f µs/query %v, %.0f q/s, %.2f cs/query", name, median(cpuPer[k]), cpuPer[k], median(qps[k]), median(csPer[k]))
+		}
+		for _, q := range []string{"quic", "quic-nc", "edge"} {
+			if mq, tc := median(cpuPer[key{load, q}]), median(cpuPer[key{load, "tcp"}]); mq > 0 && tc > 0 {
+				fmt.Fprintf(&b, "; %s/tcp = %.2f", q, mq/tc)
+				if ts := median(cpuPer[key{load, "tcp+tls"}]); ts > 0 {
+					fmt.Fprintf(&b, ", %s/tcp+tls = %.2f", q, mq/ts)
+				}
+			}
+		}
+		t.Logf("MEASURE cpu-per-query load %s, %d sessions (QUIC over %d conns), %ds phases, %d rounds%s",
+			load, sessions, quicConns, seconds, rounds, b.String())
 	}
-	mt, ms, mq := med(per["tcp"]), med(per["tcp+tls"]), med(per["quic"])
-	t.Logf("MEASURE cpu-per-query at %d q/s, %ds phases, %d rounds: TCP median %.1f µs/query %v, TCP+TLS median %.1f µs/query %v, QUIC median %.1f µs/query %v; QUIC/TCP = %.2f, QUIC/TCP+TLS = %.2f",
-		rate, seconds, rounds, mt, per["tcp"], ms, per["tcp+tls"], mq, per["quic"], mq/mt, mq/ms)
+	t.Logf("load average at end: %s", loadavg())
 }
 
 // writeCertFiles writes a self-signed certificate for 127.0.0.1 and its key
@@ -504,28 +714,31 @@ func envInt(name string, def int) int {
 
 // TestE2EMeasureServerProfile writes a CPU profile of the server side (this
 // process: pooler, fronts, backend pool) for each transport while a client
-// subprocess sends queries at a fixed rate: 50 TCP connections, then 50
-// sessions over 4 QUIC connections. Profiles go to PGQUIC_PROFILE_DIR
-// (default: a temporary directory, logged); read them with
-// `go tool pprof -top FILE`. It also logs this process's CPU per query,
-// an in-process cross-check of TestE2EMeasureCPUPerQuery.
+// subprocess sends queries: N TCP connections, then N sessions over a few
+// QUIC connections, under the first load of PGQUIC_MEASURE_LOADS (the knobs
+// of TestE2EMeasureCPUPerQuery; PGQUIC_MEASURE_PHASES picks tcp and/or quic).
+// Profiles go to PGQUIC_PROFILE_DIR (default: a temporary directory,
+// logged); read them with `go tool pprof -top FILE`. It also logs this
+// process's CPU per query, an in-process cross-check of
+// TestE2EMeasureCPUPerQuery.
 func TestE2EMeasureServerProfile(t *testing.T) {
 	measureOnly(t)
-	rate, seconds := envInt("PGQUIC_MEASURE_RATE", 2000), envInt("PGQUIC_MEASURE_SECONDS", 10)
+	load, seconds := envList("PGQUIC_MEASURE_LOADS", "2000")[0], envInt("PGQUIC_MEASURE_SECONDS", 10)
+	sessions, quicConns := envInt("PGQUIC_MEASURE_SESSIONS", 50), envInt("PGQUIC_MEASURE_QUIC_CONNS", 4)
 	dir := os.Getenv("PGQUIC_PROFILE_DIR")
 	if dir == "" {
 		dir = t.TempDir()
 	}
 	e := newE2E(t, e2eOpts{tcp: true})
 	ctx := testCtx(t, 5*time.Minute)
-	for _, mode := range []string{"tcp", "quic"} {
+	for _, mode := range envList("PGQUIC_MEASURE_PHASES", "tcp,quic") {
 		addr := e.addr
 		if mode == "tcp" {
 			addr = e.tcp.Addr().String()
 		}
 		cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestE2EMeasureClientHelper$", "-test.count=1")
 		cmd.Env = append(os.Environ(), envClientMode+"="+mode, envClientAddr+"="+addr, envClientPin+"="+e.fingerprint(),
-			envClientN+"=50", envClientConns+"=4", envClientRate+"="+strconv.Itoa(rate), envClientSeconds+"="+strconv.Itoa(seconds))
+			envClientN+"="+strconv.Itoa(sessions), envClientConns+"="+strconv.Itoa(quicConns), envClientRate+"="+load, envClientSeconds+"="+strconv.Itoa(seconds))
 		stdin, err := cmd.StdinPipe()
 		if err != nil {
 			t.Fatal(err)
@@ -553,6 +766,19 @@ func TestE2EMeasureServerProfile(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		writeAllocs := func(suffix string) {
+			af, err := os.Create(filepath.Join(dir, "server-"+mode+".allocs"+suffix))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer af.Close()
+			if err := pprof.Lookup("allocs").WriteTo(af, 0); err != nil {
+				t.Fatal(err)
+			}
+		}
+		writeAllocs(".base")
+		var ms0, ms1 runtime.MemStats
+		runtime.ReadMemStats(&ms0)
 		c0 := procCPU(t, os.Getpid())
 		if err := pprof.StartCPUProfile(f); err != nil {
 			t.Fatal(err)
@@ -561,6 +787,8 @@ func TestE2EMeasureServerProfile(t *testing.T) {
 		line := next("DONE")
 		pprof.StopCPUProfile()
 		cpu := procCPU(t, os.Getpid()) - c0
+		runtime.ReadMemStats(&ms1)
+		writeAllocs("")
 		_ = f.Close()
 		_ = stdin.Close()
 		go func() { _, _ = io.Copy(io.Discard, stdout) }()
@@ -571,8 +799,10 @@ func TestE2EMeasureServerProfile(t *testing.T) {
 		if _, err := fmt.Sscanf(line, "DONE %d %d", &done, &errs); err != nil || errs != 0 || done == 0 {
 			t.Fatalf("client subprocess: %q", line)
 		}
-		t.Logf("MEASURE in-process server %s: %d queries, server CPU %v = %.1f µs/query; profile %s; load %s",
-			mode, done, cpu, float64(cpu.Microseconds())/float64(done), f.Name(), loadavg())
+		t.Logf("MEASURE in-process server %s: %d queries, server CPU %v = %.1f µs/query, %.1f allocations and %.0f bytes/query, %d GCs; profile %s (allocations: go tool pprof -sample_index=alloc_space -base %s.allocs.base %s.allocs); load %s",
+			mode, done, cpu, float64(cpu.Microseconds())/float64(done), float64(ms1.Mallocs-ms0.Mallocs)/float64(done),
+			float64(ms1.TotalAlloc-ms0.TotalAlloc)/float64(done), ms1.NumGC-ms0.NumGC, f.Name(),
+			strings.TrimSuffix(f.Name(), ".pprof"), strings.TrimSuffix(f.Name(), ".pprof"), loadavg())
 		e.waitIdle(t, 0)
 	}
 }

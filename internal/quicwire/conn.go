@@ -36,6 +36,10 @@ type Conn struct {
 	wmu      sync.Mutex // serializes Write, CloseWrite and Close on the send side
 	sendDone bool       // FIN queued or send side canceled; guarded by wmu
 
+	// With a Coalescer (client side), small writes wait for it; nil on
+	// the server, whose idle sessions should cost as little as possible.
+	*coalescing
+
 	peerReset atomic.Bool // the peer reset our receive side
 	closeOnce sync.Once
 }
@@ -56,6 +60,9 @@ func (c *Conn) Stream() *quic.Stream { return c.str }
 // send side (FIN).
 func (c *Conn) Read(p []byte) (int, error) {
 	n, err := c.str.Read(p)
+	if n > 0 && c.coalescing != nil {
+		c.lastRead.Store(int64(time.Since(c.co.epoch)))
+	}
 	if err != nil {
 		var se *quic.StreamError
 		if errors.As(err, &se) && se.Remote {
@@ -81,7 +88,32 @@ func (c *Conn) Write(p []byte) (int, error) {
 	if c.sendDone {
 		return 0, net.ErrClosed
 	}
+	if c.coalescing != nil {
+		if err := c.pendingErr(); err != nil {
+			return 0, err
+		}
+		if c.queue(p) {
+			return len(p), nil
+		}
+		// Written at once: what is queued goes first.
+		if err := c.writePending(); err != nil {
+			return 0, err
+		}
+	}
 	return c.str.Write(p)
+}
+
+// writePending writes the queued bytes with a blocking Write; wmu is held.
+func (c *Conn) writePending() error {
+	if c.coalescing == nil {
+		return nil
+	}
+	if p := c.takePending(); len(p) > 0 {
+		if _, err := c.str.Write(p); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // CloseWrite closes the send side only (FIN), like (*net.TCPConn).CloseWrite:
@@ -96,6 +128,10 @@ func (c *Conn) CloseWrite() error {
 	if c.peerReset.Load() {
 		c.str.CancelWrite(StreamCode(pgproto.QUICAborted))
 		return nil
+	}
+	if err := c.writePending(); err != nil {
+		c.str.CancelWrite(StreamCode(pgproto.QUICAborted))
+		return err
 	}
 	_ = c.str.Close() // only fails for a stream the peer stopped; that still counts as done
 	return nil
@@ -118,7 +154,7 @@ func (c *Conn) Close() error {
 			c.sendDone = true
 		} else if !c.sendDone {
 			c.sendDone = true
-			if c.peerReset.Load() {
+			if c.peerReset.Load() || !c.sendQueued() {
 				c.str.CancelWrite(StreamCode(pgproto.QUICAborted))
 			} else {
 				_ = c.str.Close()
