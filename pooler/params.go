@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"time"
+	"unique"
 
 	"github.com/jackc/pgx/v5/pgproto3"
 
@@ -82,7 +83,10 @@ func (s *session) desiredKey() string {
 		b.WriteString(s.desired[k])
 		b.WriteByte(0)
 	}
-	s.paramKey = b.String()
+	// Sessions of one application share their settings: the key is
+	// interned, so each keeps a reference to one copy instead of its own
+	// few hundred bytes.
+	s.paramKey = unique.Make(b.String()).Value()
 	s.reapply = s.reapply[:0]
 	for _, k := range keys {
 		if !unreported(k) {

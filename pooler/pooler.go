@@ -63,6 +63,10 @@ type Pooler struct {
 	stale      staleGens  // statements whose result type changed (stale.go)
 	lat        latTable   // how fast each kind of query is answered (pipeline.go)
 
+	// kills holds one AfterFunc per context sessions run on, by its Done
+	// channel (ctxkill.go). Guarded by mu.
+	kills map[<-chan struct{}]*ctxKill
+
 	consoleRef atomic.Pointer[consoleHolder] // the admin console, nil without one (console.go)
 	gate       pauseGate                     // databases held by PAUSE or KILL (pause.go)
 }
@@ -124,12 +128,11 @@ func (p *Pooler) Serve(ctx context.Context, rwc io.ReadWriteCloser, peer Peer) e
 // is draining (rwc is then closed).
 func (p *Pooler) begin(ctx context.Context, rwc io.ReadWriteCloser, peer *Peer) *session {
 	s := newSession(p, rwc, *peer)
-	if !p.register(s) {
+	if !p.register(s, ctx) {
 		// Draining: say why if the client gets as far as a startup packet.
 		_ = rwc.Close()
 		return nil
 	}
-	s.stopKill = context.AfterFunc(ctx, s.kill)
 	return s
 }
 
@@ -139,7 +142,6 @@ func (p *Pooler) end(s *session, err error) {
 	s.close()
 	p.noteEnded(s)
 	s.logEnd(time.Since(s.started), err)
-	s.stopKill()
 	p.unregister(s)
 }
 
@@ -183,7 +185,10 @@ func (p *Pooler) Sessions() int {
 	return int(p.open.Load())
 }
 
-func (p *Pooler) register(s *session) bool {
+// register gives s its BackendKeyData and lists it; it is killed when ctx
+// is done (see watchCtxLocked). It returns false when the pooler is
+// draining.
+func (p *Pooler) register(s *session, ctx context.Context) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.draining {
@@ -209,6 +214,7 @@ func (p *Pooler) register(s *session) bool {
 		if s.peer.Probe != nil {
 			p.startWatchLocked()
 		}
+		p.watchCtxLocked(s, ctx)
 		return true
 	}
 }
@@ -253,6 +259,7 @@ func (p *Pooler) unregister(s *session) {
 	if s.peer.Probe != nil {
 		p.stopWatchLocked()
 	}
+	p.unwatchCtxLocked(s)
 	p.mu.Unlock()
 	p.open.Add(-1)
 	p.wg.Done()

@@ -107,10 +107,11 @@ type session struct {
 	abandoned *attachment // the watcher cancelled its request: the client is gone (watch.go)
 	abandonAt time.Time   // when
 
+	ctxKill *ctxKill // what kills the session when Serve's context is done (ctxkill.go); guarded by p.mu
+
 	// Read by the admin console's snapshots (clients.go): the owner sets
-	// the first three before listed, the last two under mu.
+	// the first two before listed, the last two under mu.
 	started     time.Time   // when the session began
-	stopKill    func() bool // stops the kill on Serve's context (see Pooler.begin)
 	appName     string      // startup application_name
 	console     Console     // non-nil for an admin console session (console.go)
 	listed      atomic.Bool // logged in: user, database, pool and the above are final
@@ -135,20 +136,16 @@ func newSession(p *Pooler, rwc io.ReadWriteCloser, peer Peer) *session {
 	s.rwc = s.countBytes(rwc)
 	s.cr = wire.NewReader(s.rwc, clientReadBuf, min(maxPasswordPacketLen-4, p.cfg.MaxMessageLen))
 	s.cwFn = s.clientWriter
-	s.log = s.logger()
+	s.log = s.logger(false)
 	return s
 }
 
-// logger returns the pooler's logger with the session's transport and
-// client address, and the given attributes. It is built in one With from
-// the pooler's logger, not by adding to the session's: each With copies
-// the handler, and the session keeps its logger as long as it lives.
-func (s *session) logger(attrs ...any) *slog.Logger {
-	base := []any{"transport", s.peer.Transport}
-	if s.peer.Addr != nil {
-		base = append(base, "client", s.peer.Addr.String())
-	}
-	return s.p.log.With(append(base, attrs...)...)
+// logger returns the session's logger: the pooler's, with the session's
+// transport and client address and, when named, its user and database. It
+// costs the session one small handler (see sessionHandler), not a copy of
+// the pooler's.
+func (s *session) logger(named bool) *slog.Logger {
+	return newSessionLogger(s.p.log, s.peer.Transport, s.peer.Addr, named, s.user, s.database)
 }
 
 // setStream swaps the client stream after a TLS upgrade. The startup timer

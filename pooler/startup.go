@@ -391,7 +391,7 @@ func (s *session) login(ctx context.Context, sp *startupParams, authenticated fu
 		}
 	}
 	s.user, s.database = sp.user, sp.db
-	s.log = s.logger("user", sp.user, "database", sp.db)
+	s.log = s.logger(true)
 
 	if p.cfg.Auth != nil {
 		if err := p.cfg.Auth.Authenticate(ctx, s, sp.user, s.peer.Addr); err != nil {

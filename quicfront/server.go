@@ -550,13 +550,18 @@ func (s *Server) refuseStream(sc *serverConn, c *quicwire.Conn, log *slog.Logger
 // only while less than a quarter of it is in use; so this frame, which
 // stays under the session, holds only what the session needs: the work
 // before and after it is done in functions that have returned by then
-// (streamReady, sessionContext, streamDone), and there is no defer.
+// (streamReady, sessionPeer, streamDone), and there is no defer.
+//
+// The session runs on the server's context, which ends only at a hard
+// stop. A client that is gone for good while the session waits on the
+// server is found by the pooler's watcher through the peer's Probe (see
+// sessionPeer), which costs the session nothing while it is idle: a
+// context of its own, cancelled from the stream's, cost about a kibibyte
+// per session (a cancelCtx, an AfterFunc on the stream's context, the
+// maps and channels both need).
 func (s *Server) runStream(sc *serverConn, c *quicwire.Conn, log *slog.Logger, wg *sync.WaitGroup) {
 	if s.streamReady(sc, c, log) {
-		ctx, cancel, stopWatch := s.sessionContext(c)
-		err := s.h.Serve(ctx, c, sc.peer)
-		stopWatch()
-		cancel()
+		err := s.h.Serve(s.baseCtx, c, sessionPeer(sc, c))
 		// The handler closes rwc; closing again is a no-op and guarantees
 		// the stream's credit is released even if it did not.
 		_ = c.Close()
@@ -612,21 +617,30 @@ func (s *Server) streamReady(sc *serverConn, c *quicwire.Conn, log *slog.Logger)
 	}
 }
 
-// sessionContext returns the context of c's session. It ends with the
-// server's (hard stop), and also when the client is gone for good: its
-// QUIC connection died, or it aborted the stream (STOP_SENDING with an
-// error code). While a query runs the handler waits for the server, not
-// for the client, so without this a lost client would hold its server
-// connection until the query finished. The caller calls stopWatch, then
-// cancel, once the session ended.
-func (s *Server) sessionContext(c *quicwire.Conn) (ctx context.Context, cancel context.CancelFunc, stopWatch func() bool) {
-	ctx, cancel = context.WithCancel(s.baseCtx)
-	stopWatch = context.AfterFunc(c.Stream().Context(), func() {
-		if clientGone(context.Cause(c.Stream().Context())) {
-			cancel()
-		}
-	})
-	return ctx, cancel, stopWatch
+// sessionPeer returns what the handler is told about c's session: its
+// connection's Peer, with a Probe that reports the client gone for good
+// once its QUIC connection died or it aborted the stream (STOP_SENDING
+// with an error code). While a query runs the handler waits for the
+// server, not for the client; without the probe a lost client would hold
+// its server connection until the query finished.
+func sessionPeer(sc *serverConn, c *quicwire.Conn) front.Peer {
+	p := sc.peer
+	p.Probe = func() error { return streamGone(c.Stream()) }
+	return p
+}
+
+// streamGone is a session's Probe: nil while the stream's send side is
+// open or ended the session's own way, the cause when the client is gone
+// (see clientGone). It neither reads nor waits.
+func streamGone(str *quic.Stream) error {
+	ctx := str.Context()
+	if ctx.Err() == nil {
+		return nil
+	}
+	if cause := context.Cause(ctx); clientGone(cause) {
+		return fmt.Errorf("quicfront: client gone: %w", cause)
+	}
+	return nil
 }
 
 // logSessionError logs the error a session ended with (out of serveStream,

@@ -279,8 +279,9 @@ func (s *Server) session(conn net.Conn) {
 		Probe:      newProbe(conn),
 	}
 	// The session's own reads and writes (under TLS too) are raw system
-	// calls: see internal/rawsock.
-	stream := rawsock.Wrap(conn)
+	// calls: see internal/rawsock. An idle session waits for its client
+	// without a read buffer (withWait).
+	stream := withWait(rawsock.Wrap(conn), conn)
 	if s.cfg.TLSConfig != nil {
 		tlsCfg := s.cfg.TLSConfig
 		peer.StartTLS = func(ctx context.Context) (io.ReadWriteCloser, error) {

@@ -62,15 +62,16 @@ type Peer struct {
 	// from its own goroutine and concurrently with the session, for
 	// sessions that have been waiting that way for at least a quarter of a
 	// second, and cancels the request of a client that is gone so its server
-	// connection is freed at once instead of when the query ends. Fronts
-	// whose own transport already reports a lost client through the
-	// session's context (QUIC) leave it nil.
+	// connection is freed at once instead of when the query ends. The TCP
+	// front peeks at the socket; the QUIC front looks at the stream's
+	// context, which quic-go ends when the connection dies or the client
+	// aborts the stream.
 	Probe func() error
 }
 
 // ReadWaiter is implemented by client streams that can wait for input
-// without consuming it (the QUIC front's streams: a QUIC stream can be
-// peeked at). WaitRead blocks until the stream has bytes to read, or a read
+// without consuming it (the QUIC front's streams, which can be peeked at,
+// and the TCP front's plain ones, through recv with MSG_PEEK). WaitRead blocks until the stream has bytes to read, or a read
 // would fail (end of stream, reset, closed). The handler calls it before it
 // reads the next message of a session that has nothing in flight and gives
 // its read buffer back to a shared pool meanwhile, so thousands of idle
