@@ -2,6 +2,7 @@ package quicfront_test
 
 import (
 	"context"
+	"log/slog"
 	"net"
 	"os"
 	"os/exec"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	"github.com/pgquic/pgquic/edge"
+	"github.com/pgquic/pgquic/quicclient"
 )
 
 // toolPath finds a libpq tool (psql, pgbench), failing under CI where it
@@ -44,23 +46,7 @@ func TestE2EEdgePsqlPgbench(t *testing.T) {
 	bench := toolPath(t, "pgbench")
 	e := newE2E(t, e2eOpts{})
 	d := e.dialer(t, 4, 100) // what `pgquic edge` uses by default
-	sidecar, err := edge.New(edge.Config{Listen: "127.0.0.1:0", Dialer: d}, e2eLogger(t), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := sidecar.Listen(); err != nil {
-		t.Fatal(err)
-	}
-	ectx, ecancel := context.WithCancel(context.Background())
-	edgeDone := make(chan struct{})
-	go func() { defer close(edgeDone); _ = sidecar.Serve(ectx) }()
-	t.Cleanup(func() {
-		sctx, done := context.WithTimeout(context.Background(), 10*time.Second)
-		_ = sidecar.Shutdown(sctx)
-		done()
-		ecancel()
-		<-edgeDone
-	})
+	sidecar := startSidecar(t, d, e2eLogger(t))
 
 	host, port, _ := net.SplitHostPort(sidecar.Addr().String())
 	// sslmode=prefer: libpq sends SSLRequest, the edge answers N locally.
@@ -139,4 +125,29 @@ PREPARE p(int) AS SELECT v FROM edge_psql WHERE id = $1;
 		}
 	})
 	e.waitIdle(t, 0)
+}
+
+// startSidecar serves a local edge sidecar over d on a free loopback port
+// until the test ends, when it shuts it down (its sessions get 10 s to
+// finish) and waits for it.
+func startSidecar(t *testing.T, d *quicclient.Dialer, logger *slog.Logger) *edge.Edge {
+	t.Helper()
+	sidecar, err := edge.New(edge.Config{Listen: "127.0.0.1:0", Dialer: d}, logger, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sidecar.Listen(); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = sidecar.Serve(ctx) }()
+	t.Cleanup(func() {
+		sctx, stop := context.WithTimeout(context.Background(), 10*time.Second)
+		_ = sidecar.Shutdown(sctx)
+		stop()
+		cancel()
+		<-done
+	})
+	return sidecar
 }

@@ -30,7 +30,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/pgquic/pgquic/edge"
 	"github.com/pgquic/pgquic/internal/pgtest"
 	"github.com/pgquic/pgquic/quicclient"
 	"github.com/pgquic/pgquic/quicfront"
@@ -561,17 +560,8 @@ func TestE2EMeasureCPUPerQuery(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		sidecar, err := edge.New(edge.Config{Listen: "127.0.0.1:0", Dialer: de}, nil, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := sidecar.Listen(); err != nil {
-			t.Fatal(err)
-		}
-		ectx, ecancel := context.WithCancel(context.Background())
-		edgeDone := make(chan struct{})
-		go func() { defer close(edgeDone); _ = sidecar.Serve(ectx) }()
-		t.Cleanup(func() { ecancel(); <-edgeDone; _ = de.Close() })
+		t.Cleanup(func() { _ = de.Close() }) // after the sidecar's own cleanup
+		sidecar := startSidecar(t, de, nil)
 		c, err := pgx.ParseConfig("postgres://postgres:postgres@" + sidecar.Addr().String() + "/postgres?sslmode=disable")
 		if err != nil {
 			t.Fatal(err)
