@@ -17,7 +17,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"runtime"
 	"runtime/pprof"
 	"slices"
@@ -496,40 +495,9 @@ func TestE2EMeasureCPUPerQuery(t *testing.T) {
 		t.Fatalf("go build ./cmd/pgquic: %v\n%s", err, out)
 	}
 	cluster := pgtest.New(t, pgtest.Options{Settings: map[string]string{"max_connections": "100"}})
-	tcpAddr, quicAddr := freeAddr(t, "tcp"), freeAddr(t, "udp")
-	srvCtx, stopSrv := context.WithCancel(context.Background())
-	certFile, keyFile := writeCertFiles(t)
-	args := []string{"serve", "--backend", cluster.SuperURL("postgres"),
-		"--tcp-listen", tcpAddr, "--quic-listen", quicAddr, "--metrics-listen", "",
-		"--pool-size", "20", "--min-pool", "20", "--tls-cert", certFile, "--tls-key", keyFile}
-	args = append(args, strings.Fields(os.Getenv("PGQUIC_MEASURE_SERVE_FLAGS"))...)
-	cmd := exec.CommandContext(srvCtx, bin, args...)
-	cmd.Cancel = func() error { return cmd.Process.Signal(os.Interrupt) }
-	cmd.WaitDelay = 30 * time.Second
-	stderr, err := cmd.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { stopSrv(); _ = cmd.Wait() })
-	fpRe := regexp.MustCompile(`quic_fingerprint=([0-9a-fA-F:]+)`)
-	fp := ""
-	sc := bufio.NewScanner(stderr)
-	for sc.Scan() {
-		if strings.Contains(sc.Text(), "pgquic ready") {
-			if m := fpRe.FindStringSubmatch(sc.Text()); m != nil {
-				fp = m[1]
-			}
-			break
-		}
-	}
-	if fp == "" {
-		t.Fatalf("no ready line with a QUIC fingerprint from pgquic serve")
-	}
-	go func() { _, _ = io.Copy(io.Discard, stderr) }()
-	pid := cmd.Process.Pid
+	flags := append([]string{"--pool-size", "20", "--min-pool", "20"}, strings.Fields(os.Getenv("PGQUIC_MEASURE_SERVE_FLAGS"))...)
+	srv := startServe(t, bin, cluster, flags...)
+	tcpAddr, quicAddr, fp, pid := srv.tcpAddr, srv.quicAddr, srv.fp, srv.pid
 
 	cfgs := map[string]*pgx.ConnConfig{}
 	for name, url := range map[string]string{"tcp": "sslmode=disable", "tcp+tls": "sslmode=require"} {
