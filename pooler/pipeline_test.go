@@ -524,6 +524,46 @@ func TestPipelineNotBehindSlowQueries(t *testing.T) {
 	}
 }
 
+// TestPipelineNotBehindSlowUnnamed is TestPipelineNotBehindSlowQueries over
+// the extended protocol's unnamed statement (pgconn.ExecParams, as pgx's
+// exec mode and psycopg send): each unnamed statement counts as its own
+// text's kind of query, so a slow one never passes for the fast one the
+// client ran before.
+func TestPipelineNotBehindSlowUnnamed(t *testing.T) {
+	h, reg := pipeHarness(t, 1, 0) // the default threshold, 5 ms
+	ctx, w := warmClient(t, h, "SELECT 'warm'")
+	execParams := func(conn *pgconn.PgConn, q string) error {
+		return conn.ExecParams(ctx, q, nil, nil, nil, nil).Read().Err
+	}
+	for range 6 { // the fast kind, known
+		if err := execParams(w, "SELECT 1"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	base := metricValue(t, reg, pipelinedMetric, "")
+	slow, err := pgconn.Connect(ctx, h.url())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = slow.Close(context.Background()) })
+	done := make(chan error, 1)
+	go func() { done <- execParams(slow, "SELECT pg_sleep(0.5), 'a'") }()
+	waitRunning(ctx, t, h, "a")
+	start := time.Now()
+	if err := execParams(w, "SELECT 1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if got := metricValue(t, reg, pipelinedMetric, ""); got != base {
+		t.Errorf("%v requests pipelined behind an unnamed slow query", got-base)
+	}
+	if d := time.Since(start); d < 300*time.Millisecond {
+		t.Errorf("the fast query was answered after %v, while the slow one held the only connection", d)
+	}
+}
+
 // TestPipelineSetDoesNotLeak: one client SETs search_path to a schema with
 // its own table t while others, pipelined on the same two connections,
 // read the public t: each client only ever reads its own t.
