@@ -54,7 +54,7 @@ func writeSharedKeys(t *testing.T) (cert, key, tickets, reset string) {
 type worker struct {
 	dialer   int
 	errors   atomic.Int64
-	lastOK   atomic.Int64 // unix nanoseconds of the last successful query
+	lastOK   atomic.Int64 // unix nanoseconds when the last successful query started
 	firstErr atomic.Int64 // unix nanoseconds of the first error after the kill
 }
 
@@ -126,10 +126,16 @@ func TestReplicaFailover(t *testing.T) {
 	}
 
 	victim := 0
-	killed := time.Now()
 	if err := replicas[victim].cmd.Process.Kill(); err != nil {
 		t.Fatal(err)
 	}
+	// The kill counts from the victim's exit, not from the signal: on a
+	// loaded machine the process can still answer for tens of
+	// milliseconds after SIGKILL is sent, and a query it answers then is
+	// not a recovery.
+	exitErr := <-replicas[victim].done
+	replicas[victim].done <- exitErr // for the cleanup's wait
+	killed := time.Now()
 	// Recovery: every worker completes a query that started after the kill.
 	waitUntil(t, 90*time.Second, "every worker to complete a query after the kill", func() bool {
 		return !slices.ContainsFunc(workers, func(w *worker) bool { return w.lastOK.Load() <= killed.UnixNano() })
@@ -184,6 +190,7 @@ func runWorker(ctx context.Context, pc *pgconn.Config, w *worker) {
 				continue
 			}
 		}
+		started := time.Now()
 		qctx, cancel := context.WithTimeout(ctx, 70*time.Second)
 		_, err := c.Exec(qctx, "SELECT 1").ReadAll()
 		cancel()
@@ -195,7 +202,7 @@ func runWorker(ctx context.Context, pc *pgconn.Config, w *worker) {
 			c = nil
 			continue
 		}
-		w.lastOK.Store(time.Now().UnixNano())
+		w.lastOK.Store(started.UnixNano())
 	}
 }
 
