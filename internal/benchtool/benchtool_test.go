@@ -540,8 +540,8 @@ func TestReportNamesUnsupportedMode(t *testing.T) {
 		"Poolers: pgquic: --pool-size 20; pgbouncer: PgBouncer 1.18.0, pool_mode = transaction, default_pool_size = 20.\n",
 		"| prepared | saturation, 20 clients | pgquic | 15,000 | 0 |",
 		"| prepared | saturation, 20 clients | pgbouncer | not supported by PgBouncer 1.18.0 | - | - | - | - | - | - | - | - |\n",
-		"| extended | saturation, 20 clients | pgquic / pgbouncer | 1.20x | 1.00x | 1.00x |\n",
-		"| prepared | saturation, 20 clients | pgquic / pgbouncer | not supported by PgBouncer 1.18.0 | - | - |\n",
+		"| extended | saturation, 20 clients | pgquic / pgbouncer | 1.20x | 1.00x | - | 1.00x |\n",
+		"| prepared | saturation, 20 clients | pgquic / pgbouncer | not supported by PgBouncer 1.18.0 | - | - | - |\n",
 	} {
 		if !strings.Contains(text, want) {
 			t.Errorf("report lacks %q:\n%s", want, text)
@@ -549,5 +549,38 @@ func TestReportNamesUnsupportedMode(t *testing.T) {
 	}
 	if strings.Contains(text, "| prepared | saturation, 20 clients | pgbouncer | - |") {
 		t.Errorf("a skipped mode reported as an empty run:\n%s", text)
+	}
+}
+
+// TestReportRoundRange checks that the ratios carry the pooler CPU ratio's
+// spread over the rounds, pairing each round's runs with each other (not
+// the best of one target with the worst of the other), and that a round
+// missing one target is left out.
+func TestReportRoundRange(t *testing.T) {
+	var w bytes.Buffer
+	e := &env{w: &w, cfg: Config{Rounds: 4, Seconds: 3, Pool: 20, Rate: 2000, RateClients: 20, Modes: []string{"simple"},
+		Out: t.TempDir()}, info: envInfo{bouncer: "PgBouncer 1.18.0"}}
+	e.targets = []*target{{name: targetPgquic, proc: &child{}}, {name: targetBouncer, proc: &child{}}}
+	row := func(round int, target string, us float64) runRow {
+		return runRow{round: round, mode: "simple", clients: 20, rate: 2000, target: target, status: "ok", tps: 2000,
+			txns: 6000, poolerUs: us, pgUs: 100, pgbenchUs: 70, busyMean: 0.1, busyMax: 1, seconds: 3}
+	}
+	rows := []runRow{
+		row(1, targetPgquic, 100), row(1, targetBouncer, 80), // 1.25
+		row(2, targetPgquic, 120), row(2, targetBouncer, 100), // 1.20
+		row(3, targetPgquic, 90), row(3, targetBouncer, 60), // 1.50
+		row(4, targetPgquic, 100), // no PgBouncer run in round 4
+	}
+	if err := e.report(rows, nil); err != nil {
+		t.Fatal(err)
+	}
+	text := w.String()
+	for _, want := range []string{
+		"pooler CPU per query 1.25x (rounds 1.20–1.50x)",
+		"| simple | 2000 q/s, 20 clients | pgquic / pgbouncer | 1.00x | 1.25x | 1.20–1.50x |",
+	} {
+		if !strings.Contains(text, want) {
+			t.Errorf("report lacks %q:\n%s", want, text)
+		}
 	}
 }

@@ -186,11 +186,45 @@ func ratio(a, b float64) float64 {
 // target against PgBouncer, and pipelining on against off.
 var ratioPairs = [][2]string{{targetPgquic, targetBouncer}, {targetNoPipe, targetBouncer}, {targetPgquic, targetNoPipe}}
 
-// ratioLine compares two targets' medians.
-func ratioLine(q, b runRow) string {
-	return fmt.Sprintf("%s / %s: tps %sx, pooler CPU per query %sx, pooler+PostgreSQL CPU per query %sx",
-		q.target, b.target, dash(ratio(q.tps, b.tps), 2), dash(ratio(q.poolerUs, b.poolerUs), 2),
+// ratioLine compares two targets' medians; cpuRange is the pooler CPU
+// ratio's spread over the rounds (roundRange).
+func ratioLine(q, b runRow, cpuRange string) string {
+	spread := ""
+	if cpuRange != "-" {
+		spread = " (rounds " + cpuRange + ")"
+	}
+	return fmt.Sprintf("%s / %s: tps %sx, pooler CPU per query %sx%s, pooler+PostgreSQL CPU per query %sx",
+		q.target, b.target, dash(ratio(q.tps, b.tps), 2), dash(ratio(q.poolerUs, b.poolerUs), 2), spread,
 		dash(ratio(q.poolerUs+q.pgUs, b.poolerUs+b.pgUs), 2))
+}
+
+// roundRange is the smallest and largest pooler CPU ratio of target a to
+// target b among rounds that measured both, as "1.12–1.41x": on a noisy
+// machine the spread says how far a median ratio can be trusted, since two
+// runs of one round ran seconds apart. "-" when fewer than two rounds have
+// both.
+func roundRange(groups []group, mode string, ld load, a, b string) string {
+	per := map[string]map[int]float64{a: {}, b: {}}
+	for _, g := range groups {
+		if g.mode != mode || g.ld != ld || per[g.target] == nil {
+			continue
+		}
+		for _, r := range g.rows {
+			per[g.target][r.round] = r.poolerUs
+		}
+	}
+	var rs []float64
+	for round, x := range per[a] {
+		if y, ok := per[b][round]; ok {
+			if v := ratio(x, y); !math.IsNaN(v) {
+				rs = append(rs, v)
+			}
+		}
+	}
+	if len(rs) < 2 {
+		return "-"
+	}
+	return fmt.Sprintf("%.2f–%.2fx", slices.Min(rs), slices.Max(rs))
 }
 
 // report prints the medians, ratios and the Markdown summary, and writes
@@ -204,7 +238,7 @@ func (e *env) report(rows []runRow, traces []straceReport) error {
 		"pooler_us", "pg_us", "pgbench_us", "rw_sys", "sys", "ctxsw", "busy")
 	for i, g := range groups {
 		if i > 0 && (groups[i-1].mode != g.mode || groups[i-1].ld != g.ld) {
-			e.printRatios(med, groups[i-1].mode, groups[i-1].ld, key)
+			e.printRatios(groups, med, groups[i-1].mode, groups[i-1].ld, key)
 		}
 		if g.skipped != "" {
 			fmt.Fprintf(e.w, "%-5s %-8s %-22s %-13s %s\n", "med", g.mode, g.ld, g.target, g.skipped)
@@ -216,7 +250,7 @@ func (e *env) report(rows []runRow, traces []straceReport) error {
 	}
 	if len(groups) > 0 {
 		last := groups[len(groups)-1]
-		e.printRatios(med, last.mode, last.ld, key)
+		e.printRatios(groups, med, last.mode, last.ld, key)
 	}
 	for _, l := range e.highRateNotes(med, key) {
 		fmt.Fprintln(e.w, l)
@@ -246,13 +280,13 @@ func (e *env) report(rows []runRow, traces []straceReport) error {
 }
 
 // printRatios prints the ratios of one (mode, load).
-func (e *env) printRatios(med map[string]runRow, mode string, ld load, key func(string, load, string) string) {
+func (e *env) printRatios(groups []group, med map[string]runRow, mode string, ld load, key func(string, load, string) string) {
 	for _, p := range ratioPairs {
 		a, okA := med[key(mode, ld, p[0])]
 		b, okB := med[key(mode, ld, p[1])]
 		switch {
 		case okA && okB:
-			fmt.Fprintf(e.w, "      %s\n", ratioLine(a, b))
+			fmt.Fprintf(e.w, "      %s\n", ratioLine(a, b, roundRange(groups, mode, ld, p[0], p[1])))
 		case okA:
 			if why, ok := e.skipped(p[1], mode); ok {
 				fmt.Fprintf(e.w, "      %s / %s: %s\n", p[0], p[1], why)
@@ -340,19 +374,20 @@ func (e *env) markdown(groups []group, med map[string]runRow, key func(string, l
 			m, okA := med[key(g.mode, g.ld, p[0])]
 			bm, okB := med[key(g.mode, g.ld, p[1])]
 			if why, skip := e.skipped(p[1], g.mode); okA && skip {
-				ratios = append(ratios, fmt.Sprintf("| %s | %s | %s / %s | %s | - | - |", g.mode, g.ld, p[0], p[1], why))
+				ratios = append(ratios, fmt.Sprintf("| %s | %s | %s / %s | %s | - | - | - |", g.mode, g.ld, p[0], p[1], why))
 			}
 			if !okA || !okB {
 				continue
 			}
-			ratios = append(ratios, fmt.Sprintf("| %s | %s | %s / %s | %sx | %sx | %sx |", g.mode, g.ld, p[0], p[1],
+			ratios = append(ratios, fmt.Sprintf("| %s | %s | %s / %s | %sx | %sx | %s | %sx |", g.mode, g.ld, p[0], p[1],
 				dash(ratio(m.tps, bm.tps), 2), dash(ratio(m.poolerUs, bm.poolerUs), 2),
+				roundRange(groups, g.mode, g.ld, p[0], p[1]),
 				dash(ratio(m.poolerUs+m.pgUs, bm.poolerUs+bm.pgUs), 2)))
 		}
 	}
 	if len(ratios) > 0 {
-		b.WriteString("\n| mode | load | ratio | tps | pooler CPU per query | pooler+PostgreSQL CPU per query |\n")
-		b.WriteString("|---|---|---|---:|---:|---:|\n")
+		b.WriteString("\n| mode | load | ratio | tps | pooler CPU per query | the same, rounds min–max | pooler+PostgreSQL CPU per query |\n")
+		b.WriteString("|---|---|---|---:|---:|---:|---:|\n")
 		b.WriteString(strings.Join(ratios, "\n") + "\n")
 	}
 	notes := slices.Clone(e.notes)
