@@ -112,17 +112,32 @@ func buildPgquic(t *testing.T) string {
 		if buildDir, buildErr = os.MkdirTemp("", "benchtool-test-"); buildErr != nil {
 			return
 		}
-		args := []string{"build", "-o", filepath.Join(buildDir, "pgquic")}
-		if raceEnabled {
-			args = append(args, "-race")
+		for name, pkg := range map[string]string{
+			"pgquic":     "github.com/pgquic/pgquic/cmd/pgquic",
+			"bare-relay": "github.com/pgquic/pgquic/internal/benchtool/cmd/bare-relay",
+		} {
+			args := []string{"build", "-o", filepath.Join(buildDir, name)}
+			if raceEnabled {
+				args = append(args, "-race")
+			}
+			args = append(args, pkg)
+			if buildOut, buildErr = exec.Command(goBin, args...).CombinedOutput(); buildErr != nil {
+				buildErr = fmt.Errorf("go build %s: %w", name, buildErr)
+				return
+			}
 		}
-		args = append(args, "github.com/pgquic/pgquic/cmd/pgquic")
-		buildOut, buildErr = exec.Command(goBin, args...).CombinedOutput()
 	})
 	if buildErr != nil {
-		t.Fatalf("go build pgquic: %v\n%s", buildErr, buildOut)
+		t.Fatalf("%v\n%s", buildErr, buildOut)
 	}
 	return filepath.Join(buildDir, "pgquic")
+}
+
+// buildRelay returns the bare-relay binary buildPgquic builds beside
+// pgquic.
+func buildRelay(t *testing.T) string {
+	t.Helper()
+	return filepath.Join(filepath.Dir(buildPgquic(t)), "bare-relay")
 }
 
 // TestQuickRun runs the tool end to end in quick mode, extended protocol,
@@ -139,8 +154,8 @@ func TestQuickRun(t *testing.T) {
 		t.Fatal(err)
 	}
 	// pgquic-nopipe is always asked for: without the flag the tool skips it.
-	args := []string{targetDirect, targetPgquic, targetNoPipe}
-	targets := []string{targetDirect, targetPgquic}
+	args := []string{targetDirect, targetPgquic, targetNoPipe, targetRelay}
+	targets := []string{targetDirect, targetPgquic, targetRelay}
 	if pipeline {
 		targets = append(targets, targetNoPipe)
 	}
@@ -154,7 +169,7 @@ func TestQuickRun(t *testing.T) {
 	var stdout, stderr lockedBuffer
 	// Ten clients and 2 s runs: a direct client's backend costs tens of
 	// milliseconds of CPU to start (direct runs get extra seconds for it).
-	code := Main(ctx, []string{"--quick", "--duration", "2", "--pgquic", pgquic, "--modes", "extended",
+	code := Main(ctx, []string{"--quick", "--duration", "2", "--pgquic", pgquic, "--relay", buildRelay(t), "--modes", "extended",
 		"--clients", "10", "--rate", "1000", "--rate-clients", "10", "--high-rate", "0", "--targets", strings.Join(args, ","),
 		"--out", out}, &stdout, &stderr)
 	if code != 0 {
@@ -257,6 +272,12 @@ func TestQuickRun(t *testing.T) {
 			!strings.Contains(text, "| extended | 1000 q/s, 10 clients | pgquic / pgbouncer | ") {
 			t.Error("output lacks the pgquic / PgBouncer ratios")
 		}
+	}
+	if !regexp.MustCompile(`pgquic / relay: tps \d+\.\d\dx, pooler CPU per query \d+\.\d\dx`).MatchString(text) {
+		t.Error("output lacks the pgquic / relay ratios")
+	}
+	if slices.Contains(targets, targetBouncer) && !strings.Contains(text, "| extended | 1000 q/s, 10 clients | relay / pgbouncer | ") {
+		t.Error("output lacks the relay / PgBouncer ratios")
 	}
 	if !pipeline && !strings.Contains(text, "pgquic-nopipe skipped") {
 		t.Error("no note that pgquic-nopipe was skipped")

@@ -183,8 +183,11 @@ func ratio(a, b float64) float64 {
 }
 
 // ratioPairs are the comparisons printed per (mode, load): each pgquic
-// target against PgBouncer, and pipelining on against off.
-var ratioPairs = [][2]string{{targetPgquic, targetBouncer}, {targetNoPipe, targetBouncer}, {targetPgquic, targetNoPipe}}
+// target against PgBouncer, pipelining on against off, and, when the relay
+// ran, the relay against PgBouncer (what a Go proxy pays to move the bytes)
+// and pgquic against the relay (what pooling adds).
+var ratioPairs = [][2]string{{targetPgquic, targetBouncer}, {targetNoPipe, targetBouncer}, {targetPgquic, targetNoPipe},
+	{targetRelay, targetBouncer}, {targetPgquic, targetRelay}}
 
 // ratioLine compares two targets' medians; cpuRange is the pooler CPU
 // ratio's spread over the rounds (roundRange).

@@ -134,6 +134,14 @@ func (e *env) prerequisites() error {
 	if _, err := os.Stat(c.PgquicBin); err != nil {
 		return fmt.Errorf("--pgquic: %w", err)
 	}
+	if slices.Contains(c.Targets, targetRelay) {
+		if c.RelayBin == "" {
+			return errors.New("the relay target needs --relay PATH (scripts/bench-pgbouncer builds bare-relay and passes it)")
+		}
+		if _, err := os.Stat(c.RelayBin); err != nil {
+			return fmt.Errorf("--relay: %w", err)
+		}
+	}
 	var err error
 	if c.PgbenchBin == "" {
 		if c.PgbenchBin, err = lookBin("pgbench"); err != nil {
@@ -233,6 +241,8 @@ func (e *env) setUp(ctx context.Context) error {
 			t, err = e.startPgquic(ctx, targetNoPipe, append(slices.Clone(e.cfg.PgquicFlags), "--"+pipelineFlag, "0"))
 		case targetBouncer:
 			t, err = e.startPgBouncer(ctx)
+		case targetRelay:
+			t, err = e.startRelay(ctx)
 		}
 		if err != nil {
 			return err
@@ -348,7 +358,7 @@ func (e *env) measure(ctx context.Context, round int, mode string, ld load, t *t
 		return row, err
 	}
 	seconds := e.cfg.Seconds
-	if t.name == targetDirect {
+	if t.backendPerClient() {
 		seconds += e.connectAllowance(ld.clients)
 	}
 	start := time.Now()
@@ -357,12 +367,16 @@ func (e *env) measure(ctx context.Context, round int, mode string, ld load, t *t
 		_, _ = smp.stop()
 		return row, err
 	}
-	if t.name == targetDirect {
-		// A direct run starts a backend per client, which costs far more
-		// than the queries; the poolers' server connections are already
-		// there. Start PostgreSQL's window once every client is connected.
+	if t.backendPerClient() {
+		// A direct (or relayed) run starts a backend per client, which
+		// costs far more than the queries; the poolers' server
+		// connections are already there. Start PostgreSQL's window, and
+		// the relay's, once every client is connected.
 		e.mon.waitBackendsAtLeast(ctx, baseBackends+ld.clients, time.Duration(seconds)*time.Second, run.c.done)
-		if pg0, err = clusterCPU(e.postmaster, e.mon.pid); err != nil {
+		if pg0, err = clusterCPU(e.postmaster, e.mon.pid); err == nil && t.pid != nil {
+			c0, err = readCounters(t.pid())
+		}
+		if err != nil {
 			_ = run.c.cmd.Process.Kill()
 			_, _ = run.wait(ctx)
 			_, _ = smp.stop()
@@ -378,7 +392,7 @@ func (e *env) measure(ctx context.Context, round int, mode string, ld load, t *t
 	if serr != nil {
 		return row, serr
 	}
-	if t.name == targetDirect {
+	if t.backendPerClient() {
 		// pgbench's backends exit after it does; let them go so their
 		// CPU is in the postmaster's cutime when it is read.
 		e.mon.waitBackendsAtMost(ctx, baseBackends, 5*time.Second)

@@ -11,6 +11,7 @@ import (
 	"os/user"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -25,12 +26,17 @@ const (
 	targetPgquic   = "pgquic"
 	targetNoPipe   = "pgquic-nopipe"
 	targetBouncer  = "pgbouncer"
+	targetRelay    = "relay"
 	pipelineFlag   = "pipeline-depth"
 	serveReadyWait = 30 * time.Second
 )
 
 // allTargets is the default --targets, in the order runs interleave.
 var allTargets = []string{targetDirect, targetPgquic, targetNoPipe, targetBouncer}
+
+// knownTargets are every target --targets accepts: the defaults and the
+// relay (bare-relay, benchtool.Relay), a diagnostic asked for by name.
+var knownTargets = append(slices.Clone(allTargets), targetRelay)
 
 // target is one place pgbench connects to: PostgreSQL itself or a pooler
 // process in front of it.
@@ -41,6 +47,13 @@ type target struct {
 	pid   func() int            // the pooler process to measure; nil for direct
 	skip  map[string]skipReason // query mode -> why this target cannot run it
 	flags string                // how the pooler was started, for the report
+}
+
+// backendPerClient reports whether each pgbench client gets a PostgreSQL
+// backend of its own through this target (direct, relay), whose start
+// the measurement window leaves out.
+func (t *target) backendPerClient() bool {
+	return t.name == targetDirect || t.name == targetRelay
 }
 
 // skipReason says why a target does not run a query mode: short for the
@@ -96,6 +109,35 @@ func (e *env) startPgquic(ctx context.Context, name string, extra []string) (*ta
 	e.children = append(e.children, c)
 	t := &target{name: name, port: port, proc: c, pid: c.pid,
 		flags: strings.Join(append([]string{"--pool-size", strconv.Itoa(e.cfg.Pool)}, extra...), " ")}
+	if err := e.waitServing(ctx, t, logf.Name()); err != nil {
+		return nil, err
+	}
+	return t, nil
+}
+
+// startRelay runs the relay target (bare-relay) on a free port in front
+// of the bench database's server: one server connection per client, no
+// pooling.
+func (e *env) startRelay(ctx context.Context) (*target, error) {
+	port, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	logf, err := os.Create(filepath.Join(e.workDir, targetRelay+".log"))
+	if err != nil {
+		return nil, err
+	}
+	defer logf.Close()
+	cmd := exec.Command(e.cfg.RelayBin, "--listen", fmt.Sprintf("127.0.0.1:%d", port),
+		"--upstream", fmt.Sprintf("127.0.0.1:%d", e.cluster.Port))
+	cmd.Stdout, cmd.Stderr = logf, logf
+	c, err := e.spawn.start(targetRelay, cmd, nil)
+	if err != nil {
+		return nil, err
+	}
+	e.children = append(e.children, c)
+	t := &target{name: targetRelay, port: port, proc: c, pid: c.pid,
+		flags: "a goroutine per direction and raw socket calls, a server connection per client"}
 	if err := e.waitServing(ctx, t, logf.Name()); err != nil {
 		return nil, err
 	}
