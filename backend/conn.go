@@ -32,8 +32,11 @@ type Conn struct {
 
 	// Params holds the server's current ParameterStatus values. The holder
 	// keeps it up to date as ParameterStatus messages pass by, so the pooler
-	// can tell when a client's settings differ from this server's.
+	// can tell when a client's settings differ from this server's. Changes
+	// go through SetParam, which counts them (ParamsGen).
 	Params map[string]string
+	// paramsGen counts the changes to Params (SetParam).
+	paramsGen uint64
 
 	// ServerDefaults holds the ParameterStatus values the server sent when
 	// the connection logged in: the database's and role's defaults (ALTER
@@ -168,6 +171,24 @@ func (c *Conn) initRaw() {
 	c.peekFn = c.peekFD
 }
 
+// SetParam records a ParameterStatus value in Params and counts the
+// change, so a holder that checked Params against its own settings can
+// skip the check while ParamsGen is unchanged.
+func (c *Conn) SetParam(name, value string) {
+	if c.Params == nil {
+		c.Params = make(map[string]string)
+	}
+	if v, ok := c.Params[name]; ok && v == value {
+		return
+	}
+	c.Params[name] = value
+	c.paramsGen++
+}
+
+// ParamsGen is the number of changes SetParam made to Params: equal
+// values mean Params has not changed in between.
+func (c *Conn) ParamsGen() uint64 { return c.paramsGen }
+
 // errUnsolicited reports data from the server on a connection that should be
 // silent: typically a FATAL ErrorResponse sent before the server closed it.
 var errUnsolicited = errors.New("server sent unsolicited data on an idle connection")
@@ -249,7 +270,7 @@ func (c *Conn) ping(ctx context.Context, timeout time.Duration) (err error) {
 			}
 			if name, rest, ok := wire.CString(body); ok {
 				if val, _, ok := wire.CString(rest); ok {
-					c.Params[string(name)] = string(val)
+					c.SetParam(string(name), string(val))
 				}
 			}
 		case 'N', 'A': // NoticeResponse, NotificationResponse

@@ -297,3 +297,29 @@ func itoa(n int) string {
 		}
 	}
 }
+
+// TestSetParamCountsChanges checks that ParamsGen moves with every change
+// SetParam makes to Params and only then: the pooler skips comparing a
+// client's parameters with a connection's while it stays put, so a missed
+// change would leave a client with settings it did not ask for, and a
+// spurious one only costs a comparison.
+func TestSetParamCountsChanges(t *testing.T) {
+	var c Conn
+	steps := []struct {
+		name, value string
+		gen         uint64
+	}{
+		{"TimeZone", "UTC", 1}, // on a nil map
+		{"TimeZone", "UTC", 1}, // the same value again
+		{"DateStyle", "ISO, MDY", 2},
+		{"TimeZone", "Europe/Paris", 3},
+		{"TimeZone", "", 4}, // an empty value is a value
+		{"TimeZone", "", 4},
+	}
+	for _, st := range steps {
+		c.SetParam(st.name, st.value)
+		if got := c.ParamsGen(); got != st.gen || c.Params[st.name] != st.value {
+			t.Fatalf("after SetParam(%q, %q): gen %d, value %q; want %d, %q", st.name, st.value, got, c.Params[st.name], st.gen, st.value)
+		}
+	}
+}

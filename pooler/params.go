@@ -144,7 +144,12 @@ func (s *session) syncParams(ctx context.Context, conn *backend.Conn) (pipelined
 		return "", nil
 	}
 	if key := s.desiredKey(); st.syncedKey == key && !st.dirtyAll {
-		s.adoptReported(conn)
+		// Sessions with one key desire the same values, so once a pass
+		// found conn agreeing with them, it need not be repeated until
+		// conn's parameters change.
+		if (st.agreedKey != key || st.agreedGen != conn.ParamsGen()) && !s.adoptReported(conn) {
+			st.agreedKey, st.agreedGen = key, conn.ParamsGen()
+		}
 		return "", nil
 	}
 	// set_config takes the value exactly as a startup packet would, which a
@@ -237,10 +242,7 @@ func (s *session) syncedParameter(a *attachment, body []byte) {
 	if ps.Decode(body) != nil {
 		return
 	}
-	if a.conn.Params == nil {
-		a.conn.Params = make(map[string]string)
-	}
-	a.conn.Params[ps.Name] = ps.Value
+	a.conn.SetParam(ps.Name, ps.Value)
 }
 
 // adoptReported makes the client's reported parameters the server's
@@ -248,13 +250,17 @@ func (s *session) syncedParameter(a *attachment, body []byte) {
 // for iso), as PostgreSQL reports them. A value the server already had
 // produced no ParameterStatus, so they are read back from what conn last
 // reported.
-func (s *session) adoptReported(conn *backend.Conn) {
+// It reports whether it changed anything.
+func (s *session) adoptReported(conn *backend.Conn) bool {
+	changed := false
 	for k, want := range s.desired {
 		if v, ok := conn.Params[k]; ok && trackedReported[k] && want != v {
 			s.desired[k] = v
 			s.paramKey = ""
+			changed = true
 		}
 	}
+	return changed
 }
 
 // paramUnknown stands, in serverState.set, for a value a client gave a
@@ -309,10 +315,7 @@ func exchange(conn *backend.Conn, sql string, deadline time.Time, onParam func(n
 			}
 			var ps pgproto3.ParameterStatus
 			if ps.Decode(body) == nil {
-				if conn.Params == nil {
-					conn.Params = make(map[string]string)
-				}
-				conn.Params[ps.Name] = ps.Value
+				conn.SetParam(ps.Name, ps.Value)
 				if onParam != nil {
 					onParam(ps.Name, ps.Value)
 				}

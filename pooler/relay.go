@@ -650,11 +650,8 @@ func (s *session) noteParameter(a *attachment, body []byte, quiet bool) {
 	if ps.Decode(body) != nil {
 		return
 	}
-	if a.conn.Params == nil {
-		a.conn.Params = make(map[string]string)
-	}
 	if a.conn.Params[ps.Name] != ps.Value {
-		a.conn.Params[ps.Name] = ps.Value
+		a.conn.SetParam(ps.Name, ps.Value)
 		a.st.syncedKey = ""
 	}
 	if !quiet && (ps.Name == "session_authorization" || ps.Name == "is_superuser") {

@@ -96,6 +96,8 @@ type serverState struct {
 	unnamedOK  bool
 	set        map[string]string
 	syncedKey  string // parameters of the last session synced, serialised (see syncParams)
+	agreedKey  string // a parameter key whose reported values conn.Params held at agreedGen (syncParams)
+	agreedGen  uint64
 	lastUser   uint64 // session that last borrowed the connection (see reapplyParams)
 	dirtyAll   bool   // a client ran RESET ALL or set_config of an unknown parameter
 
