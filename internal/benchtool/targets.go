@@ -95,24 +95,9 @@ func (e *env) startPgquic(ctx context.Context, name string, extra []string) (*ta
 		"--pool-size", strconv.Itoa(e.cfg.Pool), "--min-pool", strconv.Itoa(e.cfg.Pool),
 		"--mode", "transaction", "--log-level", "warn"}
 	args = append(args, extra...)
-	logf, err := os.Create(filepath.Join(e.workDir, name+".log"))
-	if err != nil {
-		return nil, err
-	}
-	defer logf.Close()
-	cmd := exec.Command(e.cfg.PgquicBin, args...)
-	cmd.Stdout, cmd.Stderr = logf, logf
-	c, err := e.spawn.start(name, cmd, nil)
-	if err != nil {
-		return nil, err
-	}
-	e.children = append(e.children, c)
-	t := &target{name: name, port: port, proc: c, pid: c.pid,
-		flags: strings.Join(append([]string{"--pool-size", strconv.Itoa(e.cfg.Pool)}, extra...), " ")}
-	if err := e.waitServing(ctx, t, logf.Name()); err != nil {
-		return nil, err
-	}
-	return t, nil
+	return e.startLogged(ctx, &target{name: name, port: port,
+		flags: strings.Join(append([]string{"--pool-size", strconv.Itoa(e.cfg.Pool)}, extra...), " ")},
+		e.cfg.PgquicBin, args...)
 }
 
 // startRelay runs the relay target (bare-relay) on a free port in front
@@ -123,21 +108,29 @@ func (e *env) startRelay(ctx context.Context) (*target, error) {
 	if err != nil {
 		return nil, err
 	}
-	logf, err := os.Create(filepath.Join(e.workDir, targetRelay+".log"))
+	return e.startLogged(ctx, &target{name: targetRelay, port: port,
+		flags: "a goroutine per direction and raw socket calls, a server connection per client"},
+		e.cfg.RelayBin, "--listen", fmt.Sprintf("127.0.0.1:%d", port),
+		"--upstream", fmt.Sprintf("127.0.0.1:%d", e.cluster.Port))
+}
+
+// startLogged runs bin with args as target t (name, port and flags set),
+// its output in the work directory's <name>.log, and waits until a query
+// through it works.
+func (e *env) startLogged(ctx context.Context, t *target, bin string, args ...string) (*target, error) {
+	logf, err := os.Create(filepath.Join(e.workDir, t.name+".log"))
 	if err != nil {
 		return nil, err
 	}
 	defer logf.Close()
-	cmd := exec.Command(e.cfg.RelayBin, "--listen", fmt.Sprintf("127.0.0.1:%d", port),
-		"--upstream", fmt.Sprintf("127.0.0.1:%d", e.cluster.Port))
+	cmd := exec.Command(bin, args...)
 	cmd.Stdout, cmd.Stderr = logf, logf
-	c, err := e.spawn.start(targetRelay, cmd, nil)
+	c, err := e.spawn.start(t.name, cmd, nil)
 	if err != nil {
 		return nil, err
 	}
 	e.children = append(e.children, c)
-	t := &target{name: targetRelay, port: port, proc: c, pid: c.pid,
-		flags: "a goroutine per direction and raw socket calls, a server connection per client"}
+	t.proc, t.pid = c, c.pid
 	if err := e.waitServing(ctx, t, logf.Name()); err != nil {
 		return nil, err
 	}
