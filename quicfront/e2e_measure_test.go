@@ -324,49 +324,45 @@ const measureQuery = "SELECT trunc(random() * 100) FROM generate_series(1, 10)"
 func fixedRate(ctx context.Context, conns []*pgx.Conn, rate int, d time.Duration) (done, errs int64) {
 	interval := time.Duration(float64(time.Second) * float64(len(conns)) / float64(rate))
 	perConn := int(d / interval)
-	var wg sync.WaitGroup
-	var ok, bad atomic.Int64
 	start := time.Now()
-	for i, c := range conns {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			offset := interval * time.Duration(i) / time.Duration(len(conns))
-			var v float64
-			for k := 0; k < perConn; k++ {
-				time.Sleep(time.Until(start.Add(offset + time.Duration(k)*interval)))
-				if err := c.QueryRow(ctx, measureQuery).Scan(&v); err != nil {
-					bad.Add(1)
-					continue
-				}
-				ok.Add(1)
-			}
-		}()
-	}
-	wg.Wait()
-	return ok.Load(), bad.Load()
+	return onEach(ctx, conns, func(i int, query func()) {
+		offset := interval * time.Duration(i) / time.Duration(len(conns))
+		for k := 0; k < perConn; k++ {
+			time.Sleep(time.Until(start.Add(offset + time.Duration(k)*interval)))
+			query()
+		}
+	})
 }
 
 // saturate runs queries back to back on every connection for d and returns
 // completed queries and errors: the highest rate the clients, the server and
 // PostgreSQL reach together.
 func saturate(ctx context.Context, conns []*pgx.Conn, d time.Duration) (done, errs int64) {
+	end := time.Now().Add(d)
+	return onEach(ctx, conns, func(_ int, query func()) {
+		for time.Now().Before(end) {
+			query()
+		}
+	})
+}
+
+// onEach runs drive for every connection at once, handing it a function
+// that runs measureQuery once on that connection and counts the outcome,
+// and returns completed queries and errors once every drive has returned.
+func onEach(ctx context.Context, conns []*pgx.Conn, drive func(i int, query func())) (done, errs int64) {
 	var wg sync.WaitGroup
 	var ok, bad atomic.Int64
-	end := time.Now().Add(d)
-	for _, c := range conns {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+	for i, c := range conns {
+		wg.Go(func() {
 			var v float64
-			for time.Now().Before(end) {
+			drive(i, func() {
 				if err := c.QueryRow(ctx, measureQuery).Scan(&v); err != nil {
 					bad.Add(1)
-					continue
+					return
 				}
 				ok.Add(1)
-			}
-		}()
+			})
+		})
 	}
 	wg.Wait()
 	return ok.Load(), bad.Load()

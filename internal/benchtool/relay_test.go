@@ -6,6 +6,9 @@ import (
 	"errors"
 	"io"
 	"net"
+	"os"
+	"path/filepath"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -109,4 +112,30 @@ func TestRelay(t *testing.T) {
 // unread data can cause instead of a clean end of file.
 func isReset(err error) bool {
 	return errors.Is(err, syscall.ECONNRESET)
+}
+
+// TestRelayTargetNeedsBinary checks that asking for the relay target
+// without a usable --relay binary stops the tool at once with what to pass,
+// before anything is started.
+func TestRelayTargetNeedsBinary(t *testing.T) {
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--targets", "pgquic,relay"}, "the relay target needs --relay PATH"},
+		{[]string{"--targets", "relay", "--relay", filepath.Join(t.TempDir(), "missing")}, "--relay: "},
+	} {
+		var stdout, stderr bytes.Buffer
+		args := append([]string{"--quick", "--pgquic", self}, tc.args...)
+		if code := Main(context.Background(), args, &stdout, &stderr); code != 1 || !strings.Contains(stderr.String(), tc.want) {
+			t.Errorf("%v: exit %d, stderr %q; want 1 and %q", tc.args, code, stderr.String(), tc.want)
+		}
+		if strings.Contains(stdout.String(), "starting PostgreSQL") {
+			t.Errorf("%v: started PostgreSQL before refusing", tc.args)
+		}
+	}
 }
