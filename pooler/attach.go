@@ -55,10 +55,14 @@ func (s *session) attachLocked(ctx context.Context) (*attachment, error) {
 	a.rider = rd
 	if rd != nil && rd.joined {
 		s.p.m.pipelined.Inc()
+	} else {
+		// Nobody else's request is on the connection: no reply is owed.
+		a.st.settle()
 	}
 	if sync != "" {
 		// The client's parameters, pipelined ahead of its message.
 		s.push(a, entry{kind: eQuery, quiet: true, params: &paramQuery{sync: true}})
+		a.st.syncPend++ // riders behind rely on them only once answered (riderSynced)
 		return a, s.writeServer(a, appendQuery(nil, sync))
 	}
 	if err := s.reapplyParams(a); err != nil {

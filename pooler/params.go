@@ -445,6 +445,9 @@ func dataRowColumns(body []byte, n int) ([][]byte, bool) {
 // paramQueryDone handles the ReadyForQuery of a quiet parameter query.
 // s.mu must be held.
 func (s *session) paramQueryDone(a *attachment, q *paramQuery) {
+	if q.sync {
+		a.st.syncPend = max(a.st.syncPend-1, 0)
+	}
 	if q.sync && q.failed {
 		// Values a server accepted before were refused: start this
 		// connection from its defaults next time, and let the operator know.

@@ -120,7 +120,7 @@ func (s *session) push(a *attachment, e entry) {
 func (s *session) discard(a *attachment, e *entry) {
 	switch e.kind {
 	case eParse:
-		a.st.forget(e)
+		a.st.forget(e, s.id)
 	case eClose:
 		if e.injected && e.stmt != "" {
 			// An eviction the server skipped: the statement stays there.
@@ -266,6 +266,7 @@ func (s *session) relayOne(a *attachment) relayResult {
 		if head != nil && head.kind == eParse {
 			forward = forward && !head.injected
 			pop = true
+			a.st.confirm(head, s.id)
 		}
 	case '2': // BindComplete
 		if head != nil && head.kind == eBind {

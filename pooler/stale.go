@@ -272,8 +272,8 @@ func (s *session) retryStale(a *attachment, e *entry, body []byte) bool {
 	s.push(a, entry{kind: eClose, injected: true})
 	delete(a.st.maybe, st.name)
 	out = append(out, st.parse...)
+	a.st.add(st.name, st.key, gen, s.id)
 	s.push(a, entry{kind: eParse, injected: true, stmt: st.name})
-	a.st.add(st.name, st.key, gen)
 	s.p.m.prepares.Inc()
 	for _, it := range r.items {
 		ne := it.e

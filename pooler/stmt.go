@@ -87,19 +87,33 @@ func serverStmtName(key []byte) string {
 // a 26000 or 42P05 answer corrects the entry it names. A name that may
 // exist on the server although the cache does not list it is closed before
 // it is prepared again (closing a missing statement is not an error).
+//
+// A Parse is recorded when it is written, but only as its writer's until
+// the server confirms it with ParseComplete: on a connection shared by
+// several clients' requests (pipeline.go) a Parse written by the request
+// ahead may still be skipped by the server after an error in that request,
+// so another session trusts an entry only once it is confirmed, and the
+// unnamed statement only while no other session's unnamed Parse is still
+// unanswered. Otherwise it prepares what it needs itself (closing a named
+// statement first, which runs after the whole request ahead). Records that
+// only take something away (a Close, a simple Query destroying the unnamed
+// statement) are safe to make at once.
 type serverState struct {
-	lru        *list.List // of *cachedStmt, most recent first
-	byName     map[string]*list.Element
-	maybe      map[string]struct{} // not cached, but may still exist on the server
-	unsure     bool                // any pooler name may exist on the server (a DEALLOCATE of some name ran)
-	unnamedKey string
-	unnamedOK  bool
-	set        map[string]string
-	syncedKey  string // parameters of the last session synced, serialised (see syncParams)
-	agreedKey  string // a parameter key whose reported values conn.Params held at agreedGen (syncParams)
-	agreedGen  uint64
-	lastUser   uint64 // session that last borrowed the connection (see reapplyParams)
-	dirtyAll   bool   // a client ran RESET ALL or set_config of an unknown parameter
+	lru         *list.List // of *cachedStmt, most recent first
+	byName      map[string]*list.Element
+	maybe       map[string]struct{} // not cached, but may still exist on the server
+	unsure      bool                // any pooler name may exist on the server (a DEALLOCATE of some name ran)
+	unnamedKey  string
+	unnamedOK   bool
+	unnamedBy   uint64 // session that wrote the last unnamed Parse
+	unnamedPend int    // unnamed Parses written and not yet answered (ParseComplete, or skipped)
+	syncPend    int    // parameter syncs written and not yet answered (riderSynced)
+	set         map[string]string
+	syncedKey   string // parameters of the last session synced, serialised (see syncParams)
+	agreedKey   string // a parameter key whose reported values conn.Params held at agreedGen (syncParams)
+	agreedGen   uint64
+	lastUser    uint64 // session that last borrowed the connection (see reapplyParams)
+	dirtyAll    bool   // a client ran RESET ALL or set_config of an unknown parameter
 
 	lane *lane // the clients' requests sharing the connection (pipeline.go)
 }
@@ -107,6 +121,7 @@ type serverState struct {
 type cachedStmt struct {
 	name, key string
 	gen       uint64 // the statement's generation when it was prepared here (stale.go)
+	by        uint64 // the session whose Parse of it awaits ParseComplete; 0 once confirmed
 }
 
 func newServerState() *serverState {
@@ -118,22 +133,57 @@ func newServerState() *serverState {
 	}
 }
 
-// lookup reports whether the server holds name for key, and whether it
-// holds name for another key (a hash collision).
-func (st *serverState) lookup(name, key string) (present, conflict bool) {
+// lookup reports whether the server holds name for key as far as session
+// sid may trust it, and whether it may hold name otherwise: for another key
+// (a hash collision), or by a Parse of another session's that the server
+// has not confirmed yet and may still skip. Either way the caller closes the
+// name before preparing it again.
+func (st *serverState) lookup(name, key string, sid uint64) (present, conflict bool) {
 	el := st.byName[name]
 	if el == nil {
 		return false, false
 	}
-	if el.Value.(*cachedStmt).key != key {
+	cs := el.Value.(*cachedStmt)
+	if cs.key != key || (cs.by != 0 && cs.by != sid) {
 		return false, true
 	}
 	st.lru.MoveToFront(el)
 	return true, false
 }
 
-func (st *serverState) add(name, key string, gen uint64) {
-	st.byName[name] = st.lru.PushFront(&cachedStmt{name: name, key: key, gen: gen})
+// add records a Parse of name that session sid has just written; the entry
+// is sid's alone until confirmed.
+func (st *serverState) add(name, key string, gen, sid uint64) {
+	st.byName[name] = st.lru.PushFront(&cachedStmt{name: name, key: key, gen: gen, by: sid})
+}
+
+// confirm records the server's ParseComplete for a Parse e of session sid.
+func (st *serverState) confirm(e *entry, sid uint64) {
+	if e.unnamed {
+		st.unnamedPend = max(st.unnamedPend-1, 0)
+		return
+	}
+	if el := st.byName[e.stmt]; el != nil && e.stmt != "" {
+		if cs := el.Value.(*cachedStmt); cs.by == sid {
+			cs.by = 0
+		}
+	}
+}
+
+// wroteUnnamed records an unnamed Parse session sid has just written for
+// the statement key.
+func (st *serverState) wroteUnnamed(key string, sid uint64) {
+	st.unnamedKey, st.unnamedOK = key, true
+	st.unnamedBy = sid
+	st.unnamedPend++
+}
+
+// hasUnnamed reports whether session sid may rely on the server's unnamed
+// statement being key: recorded so, and every unnamed Parse still
+// unanswered is sid's own (written earlier in its request, so that if the
+// server skips it, it skips sid's use of it too).
+func (st *serverState) hasUnnamed(key string, sid uint64) bool {
+	return st.unnamedOK && st.unnamedKey == key && (st.unnamedPend == 0 || st.unnamedBy == sid)
 }
 
 // genOf returns the generation name was prepared with here (0 when absent).
@@ -158,14 +208,37 @@ func (st *serverState) oldest() string {
 	return ""
 }
 
-// forget drops what a failed (or skipped) Parse would have created.
-func (st *serverState) forget(e *entry) {
+// forget drops what a failed (or skipped) Parse of session sid's would have
+// created. An entry another session has written since is left alone: its
+// own reply settles it.
+func (st *serverState) forget(e *entry, sid uint64) {
 	if e.unnamed {
 		st.unnamedOK = false
+		st.unnamedPend = max(st.unnamedPend-1, 0)
 		return
 	}
-	if e.stmt != "" {
+	if e.stmt == "" {
+		return
+	}
+	if el := st.byName[e.stmt]; el != nil && el.Value.(*cachedStmt).by == sid {
 		st.remove(e.stmt)
+	}
+}
+
+// settle forgets the bookkeeping of replies still owed, for a connection
+// freshly borrowed with nothing in flight. A Parse written but never
+// answered (its request was abandoned unread) may or may not have run: its
+// name is closed before it is prepared again.
+func (st *serverState) settle() {
+	st.unnamedPend, st.syncPend = 0, 0
+	for el := st.lru.Front(); el != nil; {
+		next := el.Next()
+		if cs := el.Value.(*cachedStmt); cs.by != 0 {
+			st.maybe[cs.name] = struct{}{}
+			st.lru.Remove(el)
+			delete(st.byName, cs.name)
+		}
+		el = next
 	}
 }
 
@@ -201,7 +274,7 @@ func (st *serverState) reset() {
 // ensurePrepared makes sure a's server holds st, replaying the Parse when it
 // does not. s.mu must be held.
 func (s *session) ensurePrepared(a *attachment, st *stmt) error {
-	present, conflict := a.st.lookup(st.name, st.key)
+	present, conflict := a.st.lookup(st.name, st.key, s.id)
 	gen := s.p.stale.current(st.name)
 	if present && a.st.genOf(st.name) >= gen {
 		return nil
@@ -219,8 +292,10 @@ func (s *session) ensurePrepared(a *attachment, st *stmt) error {
 	if err := s.ensureRoom(a); err != nil {
 		return err
 	}
+	// Recorded first: a Parse the server will skip (push discards it)
+	// forgets the record at once.
+	a.st.add(st.name, st.key, gen, s.id)
 	s.push(a, entry{kind: eParse, injected: true, stmt: st.name})
-	a.st.add(st.name, st.key, gen)
 	s.p.m.prepares.Inc()
 	return s.writeServer(a, st.parse)
 }
@@ -256,11 +331,11 @@ func (s *session) rewriteDeallocate(a *attachment, rest []byte) ([]byte, error) 
 // not hold it (a Bind of "" in a later transaction). s.mu must be held.
 func (s *session) ensureUnnamed(a *attachment) error {
 	u := s.unnamed
-	if u == nil || (a.st.unnamedOK && a.st.unnamedKey == u.key) {
+	if u == nil || a.st.hasUnnamed(u.key, s.id) {
 		return nil
 	}
+	a.st.wroteUnnamed(u.key, s.id) // before push, which forgets it if the server will skip it
 	s.push(a, entry{kind: eParse, injected: true, unnamed: true})
-	a.st.unnamedKey, a.st.unnamedOK = u.key, true
 	s.p.m.prepares.Inc()
 	return s.writeServer(a, u.parse)
 }
@@ -326,8 +401,8 @@ func (s *session) handleParse(ctx context.Context) error {
 			u = newStmt("", rest, &lexed)
 			s.unnamed = u
 		}
+		a.st.wroteUnnamed(u.key, s.id) // before push, which forgets it if the server will skip it
 		s.push(a, entry{kind: eParse, unnamed: true})
-		a.st.unnamedKey, a.st.unnamedOK = u.key, true
 		err = s.writeServer(a, u.parse)
 		s.mu.Unlock()
 		return err
@@ -361,7 +436,7 @@ func (s *session) handleParse(ctx context.Context) error {
 	// The name exists for the client only once the server accepts the
 	// Parse: the relay removes it again if the Parse fails or is skipped.
 	s.addClientStmt(name, st)
-	present, conflict := a.st.lookup(st.name, st.key)
+	present, conflict := a.st.lookup(st.name, st.key, s.id)
 	if present {
 		// The server already has it: answer ParseComplete in order.
 		if a.pending() > 0 || a.skipping {
@@ -378,8 +453,8 @@ func (s *session) handleParse(ctx context.Context) error {
 	if err := s.ensureRoom(a); err != nil {
 		return err
 	}
+	a.st.add(st.name, st.key, s.p.stale.current(st.name), s.id) // before push, which forgets it if the server will skip it
 	s.push(a, entry{kind: eParse, stmt: st.name, clientName: name, cst: st})
-	a.st.add(st.name, st.key, s.p.stale.current(st.name))
 	return s.writeServer(a, st.parse)
 }
 
