@@ -258,14 +258,16 @@ type Config struct {
 	// behind others instead of waiting). 1 turns it off. Default: 16.
 	PipelineDepth int `yaml:"pipeline_depth"`
 
-	// PipelineFastThreshold is the average answer time under which a kind
-	// of query may have other clients' requests written behind it.
-	// Default: 5ms.
+	// PipelineFastThreshold is the answer time under which every recent
+	// answer of a kind of query must have come for other clients' requests
+	// to be written behind one; a query already running longer takes no
+	// one behind it. Default: 5ms.
 	PipelineFastThreshold time.Duration `yaml:"pipeline_fast_threshold"`
 
 	// PipelineWhen says when a request is pipelined: "fast" (behind
-	// known-fast requests even while other connections are free, the
-	// default) or "busy" (only when every connection is busy).
+	// known-fast requests when no server connection is idle, the default)
+	// or "busy" (only when the pool is full and every connection busy). An
+	// idle connection is always taken first.
 	PipelineWhen string `yaml:"pipeline_when"`
 
 	// MaxMessageBytes bounds one client protocol message; a larger one ends

@@ -129,7 +129,7 @@ func (s *session) releaseConn(conn *backend.Conn, rd *rider, destroy bool) {
 		rd.stLocked = false
 		rd.l.stMu.Unlock()
 	}
-	rd.l.lp.doneWriting(rd, s.p.cfg.PipelineDepth)
+	rd.l.lp.doneWriting(rd, s.p.laneLimits())
 	if !rd.myTurn {
 		<-rd.turn
 		rd.myTurn = true
@@ -158,14 +158,8 @@ func (s *session) acquireConn(ctx context.Context, b pipeBatch) (*backend.Conn, 
 	if s.p.cfg.PipelineDepth > 1 && s.p.cfg.Mode == ModeTransaction {
 		lp = lanesOf(s.pool)
 	}
-	if b.ok && !s.p.cfg.PipelineBusyOnly {
-		// Known-fast requests share connections even while others are
-		// free: fewer server processes woken, more replies per read.
-		if rd := lp.join(s.newRider(b), b.key, s.p.cfg.PipelineDepth); rd != nil {
-			s.p.m.waitSeconds.Observe(0)
-			return rd.l.conn, rd, nil
-		}
-	}
+	// A free connection first: a request written behind another client's
+	// waits for it, however fast that one is known to be.
 	if conn, err := s.pool.TryAcquire(ctx); err == nil {
 		s.p.m.waitSeconds.Observe(0)
 		if b.ok {
@@ -173,8 +167,8 @@ func (s *session) acquireConn(ctx context.Context, b pipeBatch) (*backend.Conn, 
 		}
 		return conn, nil, nil
 	}
-	if b.ok {
-		if rd := lp.join(s.newRider(b), b.key, s.p.cfg.PipelineDepth); rd != nil {
+	if b.ok && (!s.p.cfg.PipelineBusyOnly || s.pool.Full()) {
+		if rd := lp.join(s.newRider(b), b.key, s.p.laneLimits()); rd != nil {
 			s.p.m.waitSeconds.Observe(0)
 			return rd.l.conn, rd, nil
 		}
@@ -284,7 +278,8 @@ func (s *session) startAttachmentLocked(conn *backend.Conn) *attachment {
 	} else {
 		a = &attachment{}
 	}
-	a.conn, a.st, a.status = conn, st, 'I'
+	s.attGen++
+	a.conn, a.st, a.status, a.gen = conn, st, 'I', s.attGen
 	s.att = a
 	s.lastRequest = time.Now()
 	if s.p.cfg.Mode == ModeSession {

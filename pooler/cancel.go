@@ -41,17 +41,22 @@ type cancelGroup struct {
 // what keeps the connection from being released in between.
 //
 // On a connection shared with other clients' requests (pipeline.go) the
-// cancel is sent only while the client's request is the only one there;
-// otherwise it waits for the requests ahead to finish (awaitTurn) and is
-// dropped if others were written behind it, since the server cannot tell
-// whose query it would stop.
+// cancel waits for the requests ahead to finish (awaitTurn), and, with
+// requests behind, for the client's own to have run long enough that it
+// cannot be a fast query about to end (lanePool.cancelable, deferCancel).
 func (s *session) beginCancelLocked() (*backend.Conn, *cancelGroup) {
 	a := s.att
 	if a == nil || a.released || a.pending() == 0 {
 		return nil, nil
 	}
-	if rd := a.rider; rd != nil && !rd.l.lp.cancelable(rd) {
-		return nil, nil
+	if rd := a.rider; rd != nil {
+		ok, after := rd.l.lp.cancelable(rd, s.p.laneLimits())
+		if !ok {
+			if after > 0 {
+				s.deferCancelLocked(a, rd, after)
+			}
+			return nil, nil
+		}
 	}
 	g := a.cancels
 	if g == nil {
@@ -113,4 +118,24 @@ func (s *session) cancelsSettled(g *cancelGroup) bool {
 		s.log.Warn("a cancel request for this server connection did not complete; closing the connection instead of reusing it")
 	}
 	return ok
+}
+
+// deferCancelLocked asks again after d for a cancel of rd's request, which
+// has others behind it on a shared connection (lanePool.cancelable). If the
+// request has ended by then, the cancel is dropped: it would stop nothing
+// of this client's. s.mu must be held.
+func (s *session) deferCancelLocked(a *attachment, rd *rider, d time.Duration) {
+	gen := a.gen
+	time.AfterFunc(d, func() {
+		s.mu.Lock()
+		var conn *backend.Conn
+		var g *cancelGroup
+		if s.att == a && a.gen == gen && a.rider == rd && !a.released {
+			conn, g = s.beginCancelLocked()
+		}
+		s.mu.Unlock()
+		if conn != nil {
+			s.forwardCancel(context.Background(), conn, g)
+		}
+	})
 }

@@ -109,17 +109,19 @@ type Config struct {
 	// Default: 16.
 	PipelineDepth int
 
-	// PipelineFastThreshold is how quickly, on average, the server must
-	// have answered a kind of query (by lexer fingerprint) before another
-	// client's request is written behind one, so a slow query holds up no
-	// one but its own client. Default: 5ms.
+	// PipelineFastThreshold is how quickly the server must have answered
+	// every recent query of a kind (by lexer fingerprint, which leaves
+	// constants out: the worst recent time counts, not the mean) before
+	// another client's request is written behind one, so a slow query holds
+	// up no one but its own client. A request running longer than this marks
+	// its kind slow at once. Default: 5ms.
 	PipelineFastThreshold time.Duration
 
-	// PipelineBusyOnly pipelines only when every server connection of the
-	// pool is busy. By default a qualifying request is also written behind
-	// known-fast requests on a busy connection while others are free: fewer
-	// server processes do the same work, with fewer wake-ups and system
-	// calls on both sides, at the cost of waiting behind a few fast queries.
+	// PipelineBusyOnly pipelines only when the pool is full and every
+	// server connection of it is busy. By default a qualifying request is
+	// written behind known-fast requests on a busy connection when no
+	// connection is idle, rather than waiting for a new one to be opened.
+	// Either way an idle connection is always taken first.
 	PipelineBusyOnly bool
 
 	// StatementCacheSize bounds the prepared statements the pooler keeps on

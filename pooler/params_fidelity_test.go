@@ -80,6 +80,15 @@ func TestServerDefaultsNotCachedPastTheirConnections(t *testing.T) {
 				t.Fatal(err)
 			}
 			dc := direct(ctx, t, cluster)
+			// pg_terminate_backend only signals: wait until the processes
+			// are gone, so their sockets are closed when the pool looks.
+			waitState(t, "the terminated server processes to exit", func() bool {
+				var n int
+				if err := dc.QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE datname = $1", db).Scan(&n); err != nil {
+					t.Fatal(err)
+				}
+				return n == 0
+			})
 			if err := dc.Close(ctx); err != nil {
 				t.Fatal(err)
 			}

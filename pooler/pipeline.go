@@ -10,6 +10,7 @@ import (
 	"unsafe"
 
 	"github.com/pgquic/pgquic/backend"
+	"github.com/pgquic/pgquic/internal/pgproto"
 	"github.com/pgquic/pgquic/internal/sqllex"
 	"github.com/pgquic/pgquic/internal/wire"
 )
@@ -36,13 +37,15 @@ import (
 // query) stay invisible to everyone. The last rider returns the connection
 // to the pool. A lost connection fails every rider on it.
 //
-// Against head-of-line blocking: a lane takes at most PipelineDepth riders,
-// and a client is written behind others only when every request ahead of
-// it is known to be fast (its kind of query, by lexer fingerprint, has been
-// answered within PipelineFastThreshold on average). A cancel reaches the
-// server only while its client's request is the only one on the
-// connection; the lane takes no new rider until that client leaves, so a
-// cancel never lands on another client's query.
+// Against head-of-line blocking: an idle connection is always taken
+// first; a lane takes at most PipelineDepth riders, and a client is
+// written behind others only when every request ahead of it is known to be
+// fast (its kind of query, by lexer fingerprint, was answered within
+// PipelineFastThreshold every recent time) and the one running has not yet
+// taken longer. A cancel for the request the server runs is sent at once,
+// so the requests behind it are not held up; the lane takes no new rider
+// until that client leaves, and a request behind that the cancel hits
+// instead is told so (cancelable).
 
 // lanePool holds the lanes of one backend pool. Its mutex guards every
 // lane's fields but stMu.
@@ -56,14 +59,15 @@ type lanePool struct {
 
 // lane is the set of requests written on one server connection.
 type lane struct {
-	lp      *lanePool
-	conn    *backend.Conn
-	riders  []*rider // in write order; riders[0] reads
-	writing bool     // the last rider is still writing its request
-	seals   int      // riders that asked for a cancel: no new rider while any is on the lane
-	solo    bool     // the first rider's request may be sent again (stale.go): no rider behind it
-	key     string   // run-time parameters every rider expects (session.desiredKey)
-	err     error    // the connection was lost
+	lp        *lanePool
+	conn      *backend.Conn
+	riders    []*rider // in write order; riders[0] reads
+	writing   bool     // the last rider is still writing its request
+	seals     int      // riders that asked for a cancel: no new rider while any is on the lane
+	solo      bool     // the first rider's request may be sent again (stale.go): no rider behind it
+	cancelled bool     // a cancel was sent while several requests were on the connection
+	key       string   // run-time parameters every rider expects (session.desiredKey)
+	err       error    // the connection was lost
 
 	// stMu guards the connection's serverState (statement cache,
 	// parameters) while riders share it: a rider holds it while writing,
@@ -80,8 +84,9 @@ type rider struct {
 	turn   chan struct{} // signalled when the rider may read (or the lane is lost): turnNow, or own
 	own    chan struct{} // the session's turn channel, with room for one signal
 	fp     uint64        // fingerprint of the request's statements
-	fast   bool          // requests of this kind are known to be fast
+	fast   bool          // under lp.mu once on a lane: requests of this kind are known to be fast
 	joined bool          // written behind others on a busy connection
+	since  int64         // under lp.mu: when it became the request the server runs (Unix nanoseconds)
 
 	// Owner-only.
 	stLocked bool      // holds l.stMu (writing)
@@ -123,6 +128,20 @@ var errLaneSlot = errors.New("handed a place on a shared server connection")
 
 // errLeftOpen fails a lane whose rider left a transaction block open.
 var errLeftOpen = errors.New("a request pipelined on a shared server connection left a transaction open")
+
+// laneLimits is what decides whether a lane takes another rider: the
+// depth, how fast the requests ahead must be known to be, and the table
+// that knows it.
+type laneLimits struct {
+	depth int
+	fast  time.Duration
+	lat   *latTable
+}
+
+// laneLimits returns the pooler's limits for lanes.
+func (p *Pooler) laneLimits() laneLimits {
+	return laneLimits{depth: p.cfg.PipelineDepth, fast: p.cfg.PipelineFastThreshold, lat: &p.lat}
+}
 
 // lanesOf returns the lanes of pool.
 func lanesOf(pool *backend.Pool) *lanePool {
@@ -405,8 +424,8 @@ func (lp *lanePool) lead(conn *backend.Conn, rd *rider, key string) *rider {
 		l = &lane{lp: lp, conn: conn}
 		st.lane = l
 	}
-	l.lp, l.err, l.seals, l.solo, l.key = lp, nil, 0, false, key
-	rd.l, rd.turn = l, turnNow
+	l.lp, l.err, l.seals, l.solo, l.key, l.cancelled = lp, nil, 0, false, key, false
+	rd.l, rd.turn, rd.since = l, turnNow, time.Now().UnixNano()
 	l.riders = append(l.riders[:0], rd)
 	l.writing = true
 	lp.lanes = append(lp.lanes, l)
@@ -418,11 +437,12 @@ func (lp *lanePool) lead(conn *backend.Conn, rd *rider, key string) *rider {
 
 // join writes the session's request behind others on the least loaded lane
 // that takes it, or returns nil.
-func (lp *lanePool) join(rd *rider, key string, depth int) *rider {
+func (lp *lanePool) join(rd *rider, key string, lim laneLimits) *rider {
 	lp.mu.Lock()
 	var best *lane
+	now := time.Now().UnixNano()
 	for _, l := range lp.lanes {
-		if l.accepts(key, depth) && (best == nil || len(l.riders) < len(best.riders)) {
+		if l.accepts(key, lim, now) && (best == nil || len(l.riders) < len(best.riders)) {
 			best = l
 		}
 	}
@@ -438,15 +458,25 @@ func (lp *lanePool) join(rd *rider, key string, depth int) *rider {
 }
 
 // accepts reports whether a request with parameters key may be written on
-// l now. lp.mu must be held.
-func (l *lane) accepts(key string, depth int) bool {
-	if l.writing || l.seals > 0 || l.solo || l.err != nil || len(l.riders) == 0 || len(l.riders) >= depth || l.key != key {
+// l at now (Unix nanoseconds). Every request on it must be of a kind known
+// to be fast, and the one the server runs must not have taken longer than
+// that already: a query slower than its kind's record (pg_sleep(3) after
+// many pg_sleep(0)) marks its kind slow at once, not when it ends. lp.mu
+// must be held.
+func (l *lane) accepts(key string, lim laneLimits, now int64) bool {
+	if l.writing || l.seals > 0 || l.solo || l.err != nil || len(l.riders) == 0 || len(l.riders) >= lim.depth || l.key != key {
 		return false
 	}
 	for _, r := range l.riders {
 		if !r.fast {
 			return false
 		}
+	}
+	head := l.riders[0]
+	if ran := time.Duration(now - head.since); ran > lim.fast {
+		lim.lat.observe(head.fp, ran)
+		head.fast = false
+		return false
 	}
 	return true
 }
@@ -587,7 +617,7 @@ func (s *session) waitOnLanes(actx context.Context, lp *lanePool, b pipeBatch) (
 			lp.ConnReleased() // another may be free too
 			return rd, conn, nil
 		}
-		if rd := lp.join(s.newRider(b), b.key, s.p.cfg.PipelineDepth); rd != nil {
+		if rd := lp.join(s.newRider(b), b.key, s.p.laneLimits()); rd != nil {
 			return rd, rd.l.conn, nil
 		}
 		if !s.pool.Full() {
@@ -599,8 +629,8 @@ func (s *session) waitOnLanes(actx context.Context, lp *lanePool, b pipeBatch) (
 
 // fillLocked hands a free place on l to the oldest waiter that fits.
 // lp.mu must be held.
-func (lp *lanePool) fillLocked(l *lane, depth int) {
-	if lp.exclusive > 0 || lp.pool.Closing() || len(lp.waiters) == 0 || !l.accepts(l.key, depth) {
+func (lp *lanePool) fillLocked(l *lane, lim laneLimits) {
+	if lp.exclusive > 0 || lp.pool.Closing() || len(lp.waiters) == 0 || !l.accepts(l.key, lim, time.Now().UnixNano()) {
 		return
 	}
 	for i, w := range lp.waiters {
@@ -616,12 +646,12 @@ func (lp *lanePool) fillLocked(l *lane, depth int) {
 }
 
 // doneWriting ends the writing of rd's request: the next rider may write.
-func (lp *lanePool) doneWriting(rd *rider, depth int) {
+func (lp *lanePool) doneWriting(rd *rider, lim laneLimits) {
 	lp.mu.Lock()
 	l := rd.l
 	if l.writing && l.riders[len(l.riders)-1] == rd {
 		l.writing = false
-		lp.fillLocked(l, depth)
+		lp.fillLocked(l, lim)
 	}
 	lp.mu.Unlock()
 }
@@ -657,8 +687,9 @@ func (p *Pooler) leave(rd *rider, destroy bool) {
 	l.riders[len(l.riders)-1] = nil
 	l.riders = l.riders[:len(l.riders)-1]
 	if len(l.riders) > 0 {
+		l.riders[0].since = time.Now().UnixNano()
 		l.riders[0].signal()
-		lp.fillLocked(l, p.cfg.PipelineDepth)
+		lp.fillLocked(l, p.laneLimits())
 		lp.mu.Unlock()
 		return
 	}
@@ -668,9 +699,9 @@ func (p *Pooler) leave(rd *rider, destroy bool) {
 		w := lp.waiters[0]
 		lp.waiters = append(lp.waiters[:0], lp.waiters[1:]...)
 		nr := w.rd
-		nr.l, nr.turn, nr.joined = l, turnNow, false
+		nr.l, nr.turn, nr.joined, nr.since = l, turnNow, false, time.Now().UnixNano()
 		l.riders = append(l.riders, nr)
-		l.writing, l.key, l.seals, l.solo = true, w.key, 0, false
+		l.writing, l.key, l.seals, l.solo, l.cancelled = true, w.key, 0, false, false
 		w.got = true
 		w.wake()
 		lp.mu.Unlock()
@@ -761,32 +792,84 @@ func (lp *lanePool) solo(rd *rider) bool {
 	return true
 }
 
-// cancelable reports whether a cancel for rd may go to the server now: rd
-// is the only request on its connection. Either way the lane takes no new
-// rider until rd leaves; when others are ahead of rd, the cancel is sent
-// once they have left, if rd is then alone.
-func (lp *lanePool) cancelable(rd *rider) bool {
+// cancelable reports whether a cancel for rd may go to the server now,
+// and if not, how long to wait before asking again (0: until rd's turn).
+//
+// A cancel is a signal to the server process, not to a query: if rd's
+// query ends just before it lands, it stops whatever request the server
+// runs next. On a connection with requests behind rd, that is another
+// client's. Those requests were written there because every request ahead
+// of them, rd's included, is of a kind known to finish within the fast
+// threshold. So a cancel for the request the server runs (the first on
+// the connection) with others behind it is held until the request has run
+// for cancelHold: a query of a fast kind has finished by then, and the
+// cancel, which could only race it, is dropped, as PostgreSQL drops a
+// cancel that comes after the query; one still running is overrunning its
+// kind, and the cancel goes at once, so neither it nor the requests behind
+// it are held up longer. The rare cancel that still lands behind (the
+// query ended in the moment the signal was on its way) gives that request
+// an error saying so (hitByOthers), never "due to user request". A request
+// alone on the connection is cancelled at once; one waiting behind others
+// when its turn comes. Either way the lane takes no new rider until rd
+// leaves.
+func (lp *lanePool) cancelable(rd *rider, lim laneLimits) (bool, time.Duration) {
 	lp.mu.Lock()
 	defer lp.mu.Unlock()
 	l := rd.l
 	if l.err != nil {
-		return false
+		return false, 0
 	}
 	if !rd.sealer {
 		rd.sealer = true
 		l.seals++
 	}
-	if len(l.riders) == 1 && l.riders[0] == rd && !l.writing {
-		rd.wantCancel = false
-		return true
+	if l.riders[0] != rd {
+		rd.wantCancel = true
+		return false, 0
 	}
-	rd.wantCancel = l.riders[0] != rd
-	return false
+	rd.wantCancel = false
+	if len(l.riders) == 1 && !l.writing {
+		return true, 0
+	}
+	if wait := lim.cancelHold() - time.Duration(time.Now().UnixNano()-rd.since); wait > 0 {
+		return false, wait
+	}
+	l.cancelled = true
+	return true, 0
+}
+
+// cancelHold is how long a request with others behind it must have run
+// before a cancel for it is sent: four times the fast threshold, so a
+// query of a fast kind has surely finished, within [20 ms, 1 s].
+func (lim laneLimits) cancelHold() time.Duration {
+	return min(max(4*lim.fast, 20*time.Millisecond), time.Second)
+}
+
+// hitByOthers reports whether a cancel error reaching rd may have been
+// meant for another request on its connection: one was sent while rd
+// shared it, and rd's own client asked for none.
+func (lp *lanePool) hitByOthers(rd *rider) bool {
+	lp.mu.Lock()
+	defer lp.mu.Unlock()
+	return rd.l.cancelled && !rd.sealer
+}
+
+// errOthersCancel replaces, for a request stopped by another client's
+// cancel (hitByOthers), PostgreSQL's "canceling statement due to user
+// request", which would blame the client for a cancel it never sent.
+var errOthersCancel = &PGError{
+	Severity: "ERROR",
+	Code:     pgproto.CodeQueryCanceled,
+	Message:  "canceling statement due to another client's cancel request",
+	Detail: "The request was pipelined on a server connection shared with another client's request, " +
+		"which was cancelled; the cancel reached this request instead. Nothing of it took effect.",
+	Hint: "Retry the request.",
 }
 
 // awaitTurn waits until the riders ahead of a's have read their replies,
 // and returns the error that failed the lane, if any. A cancel the client
-// asked for while it waited is sent now if its request is alone.
+// asked for while it waited is sent now: its request is the one the
+// server runs.
 func (s *session) awaitTurn(a *attachment, rd *rider) error {
 	<-rd.turn
 	rd.myTurn = true
@@ -839,14 +922,18 @@ func (s *session) abortWriteLocked(a *attachment) {
 	_, _ = a.conn.W.Write(f)
 }
 
-// latTable keeps, per query fingerprint, how long the server took to
-// answer (an exponentially weighted average), for the pipelining policy.
-// Fingerprints share slots by hash; a slow kind of query makes its slot
-// slow for every kind sharing it, which only makes the pooler more careful.
+// latTable keeps, per query fingerprint, the slowest recent answer of the
+// server, for the pipelining policy. A fingerprint leaves constants out, so
+// one kind covers pg_sleep(0) and pg_sleep(3): the worst time counts, not
+// the mean, and it falls back only slowly (by a sixteenth of the distance
+// per faster answer), so one slow answer keeps a kind slow for dozens of
+// answers. Fingerprints share slots by hash; a slow kind of query makes its
+// slot slow for every kind sharing it, which only makes the pooler more
+// careful.
 type latTable struct {
 	slot [4096]struct {
-		avg atomic.Uint32 // microseconds
-		n   atomic.Uint32 // observations, saturating
+		worst atomic.Uint32 // microseconds
+		n     atomic.Uint32 // observations, saturating
 	}
 }
 
@@ -857,11 +944,10 @@ func (t *latTable) observe(fp uint64, d time.Duration) {
 	e := &t.slot[fp%uint64(len(t.slot))]
 	us := uint32(min(d.Microseconds(), 1<<31))
 	n := e.n.Load()
-	if n == 0 {
-		e.avg.Store(us)
+	if old := e.worst.Load(); n == 0 || us >= old {
+		e.worst.Store(us)
 	} else {
-		old := e.avg.Load()
-		e.avg.Store(uint32((uint64(old)*7 + uint64(us)) / 8))
+		e.worst.Store(old - (old-us)/16)
 	}
 	if n < latMinSamples {
 		e.n.Store(n + 1)
@@ -870,7 +956,7 @@ func (t *latTable) observe(fp uint64, d time.Duration) {
 
 func (t *latTable) fast(fp uint64, threshold time.Duration) bool {
 	e := &t.slot[fp%uint64(len(t.slot))]
-	return e.n.Load() >= latMinSamples && time.Duration(e.avg.Load())*time.Microsecond <= threshold
+	return e.n.Load() >= latMinSamples && time.Duration(e.worst.Load())*time.Microsecond <= threshold
 }
 
 // bytesString views b as a string without copying; b must not change while

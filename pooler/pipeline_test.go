@@ -299,13 +299,22 @@ func startSleeper(ctx context.Context, t *testing.T, h *harness, tag string, sec
 }
 
 // TestPipelineCancelHitsOnlyItsOwnQuery queues requests behind a running
-// one on the only server connection and cancels them: the request running
-// ahead is never cancelled, a cancelled request that ends up alone on the
-// connection is cancelled, and one with another request behind it is not
-// cancelled on the server (the cancel could hit the one behind).
+// one on the only server connection and cancels them: a cancel stops the
+// request it is for, whether it runs first on the connection or waits
+// behind others (then it is sent once its turn comes), and never holds up
+// the requests behind it. PostgreSQL's postmaster signals a cancelled
+// process twice (the process and its group), so the second signal may stop
+// the request behind; that one must then say so (errOthersCancel), never
+// blame its own client.
 func TestPipelineCancelHitsOnlyItsOwnQuery(t *testing.T) {
 	h, reg := pipeHarness(t, 1, 10*time.Second)
 	ctx, _ := warmClient(t, h, "SELECT pg_sleep(0), 'warm'")
+	behindOK := func(t *testing.T, name string, err error) {
+		t.Helper()
+		if err != nil && !strings.Contains(err.Error(), "another client's cancel request") {
+			t.Errorf("%s, behind the cancelled request: %v", name, err)
+		}
+	}
 
 	t.Run("queued alone", func(t *testing.T) {
 		base := metricValue(t, reg, pipelinedMetric, "")
@@ -320,45 +329,48 @@ func TestPipelineCancelHitsOnlyItsOwnQuery(t *testing.T) {
 			t.Errorf("the request ahead was hit: %v", err)
 		}
 		if err := <-b.done; pgCode(err) != "57014" {
-			t.Errorf("the cancelled request: %v, want 57014 once alone", err)
+			t.Errorf("the cancelled request: %v, want 57014 once its turn came", err)
 		}
 	})
 	t.Run("queued with one behind", func(t *testing.T) {
 		base := metricValue(t, reg, pipelinedMetric, "")
 		a := startSleeper(ctx, t, h, "a", 0.6)
 		waitRunning(ctx, t, h, "a")
-		b := startSleeper(ctx, t, h, "b", 0.2)
+		b := startSleeper(ctx, t, h, "b", 5)
 		waitMetric(t, reg, pipelinedMetric, base+1)
 		c := startSleeper(ctx, t, h, "c", 0.2)
 		waitMetric(t, reg, pipelinedMetric, base+2)
+		start := time.Now()
 		if err := b.conn.CancelRequest(ctx); err != nil {
 			t.Fatal(err)
 		}
 		if err := <-a.done; err != nil {
 			t.Errorf("the request ahead was hit: %v", err)
 		}
-		if err := <-b.done; err != nil {
-			t.Errorf("the cancelled request with another behind it: %v (the cancel must not reach the server)", err)
+		if err := <-b.done; pgCode(err) != "57014" || strings.Contains(err.Error(), "another client") {
+			t.Errorf("the cancelled request with another behind it: %v, want its own 57014", err)
 		}
-		if err := <-c.done; err != nil {
-			t.Errorf("the request behind was hit: %v", err)
+		behindOK(t, "c", <-c.done)
+		if d := time.Since(start); d > 3*time.Second {
+			t.Errorf("b's cancel took %v: b ran its whole sleep", d)
 		}
 	})
 	t.Run("running", func(t *testing.T) {
 		base := metricValue(t, reg, pipelinedMetric, "")
-		a := startSleeper(ctx, t, h, "a", 1.5)
+		a := startSleeper(ctx, t, h, "a", 4)
 		waitRunning(ctx, t, h, "a")
 		b := startSleeper(ctx, t, h, "b", 0.2)
 		waitMetric(t, reg, pipelinedMetric, base+1)
-		// a runs with b behind it: its cancel is held back, not sent.
+		start := time.Now()
 		if err := a.conn.CancelRequest(ctx); err != nil {
 			t.Fatal(err)
 		}
-		if err := <-a.done; err != nil {
-			t.Errorf("a's cancel reached the server with b behind it: %v", err)
+		if err := <-a.done; pgCode(err) != "57014" || strings.Contains(err.Error(), "another client") {
+			t.Errorf("a, cancelled with b behind it: %v, want its own 57014", err)
 		}
-		if err := <-b.done; err != nil {
-			t.Errorf("b was hit: %v", err)
+		behindOK(t, "b", <-b.done)
+		if d := time.Since(start); d > 3*time.Second {
+			t.Errorf("a's cancel and b took %v: the cancel was held back", d)
 		}
 	})
 }
@@ -448,9 +460,9 @@ func TestPipelineClientVanishes(t *testing.T) {
 	}
 }
 
-// TestPipelineWhenFast: by default known-fast requests share server
-// connections although others are free, and every answer is still the
-// client's own; with PipelineBusyOnly they never do while one is free.
+// TestPipelineWhenFast: in neither mode is a request written behind
+// another client's while a server connection is idle (a free connection
+// is always taken first), and every answer is the client's own.
 func TestPipelineWhenFast(t *testing.T) {
 	for _, busyOnly := range []bool{false, true} {
 		t.Run(fmt.Sprintf("busy-only=%v", busyOnly), func(t *testing.T) {
@@ -488,12 +500,8 @@ func TestPipelineWhenFast(t *testing.T) {
 				t.Error(err)
 			}
 			// Six clients never exhaust eight connections.
-			n := metricValue(t, reg, pipelinedMetric, "")
-			switch {
-			case busyOnly && n != 0:
+			if n := metricValue(t, reg, pipelinedMetric, ""); n != 0 {
 				t.Errorf("%v requests pipelined while connections were free", n)
-			case !busyOnly && n == 0:
-				t.Errorf("no request was pipelined")
 			}
 		})
 	}

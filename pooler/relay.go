@@ -61,6 +61,7 @@ type entry struct {
 type attachment struct {
 	conn   *backend.Conn
 	st     *serverState
+	gen    uint64 // the session's count of attachments when this one began (a deferred cancel's check)
 	queue  []entry
 	head   int
 	status byte // last ReadyForQuery status
@@ -330,6 +331,10 @@ func (s *session) relayOne(a *attachment) relayResult {
 	case 'E':
 		if head != nil && head.params != nil {
 			head.params.failed = true
+		}
+		if rd != nil && !quiet && errorCode(body) == pgproto.CodeQueryCanceled &&
+			string(errorField(body, 'M')) == "canceling statement due to user request" && rd.l.lp.hitByOthers(rd) {
+			body = errOthersCancel.encode(nil)[wire.HeaderLen:]
 		}
 		if !quiet {
 			s.p.m.serverErrors.WithLabelValues(sqlstateClass(body)).Inc()

@@ -139,7 +139,7 @@ func (s *session) flushAll() error {
 		}
 	}
 	if rd != nil {
-		rd.l.lp.doneWriting(rd, s.p.cfg.PipelineDepth)
+		rd.l.lp.doneWriting(rd, s.p.laneLimits())
 	}
 	return s.flushClient()
 }

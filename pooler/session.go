@@ -39,6 +39,7 @@ type session struct {
 	pid    uint32
 	secret [4]byte
 	id     uint64 // unique for the pooler's lifetime, unlike pid
+	attGen uint64 // attachments begun, under mu (attachment.gen)
 
 	// Owner-only state.
 	rwc           io.ReadWriteCloser // written with mu and cwMu held (setStream); read under either, or by the owner

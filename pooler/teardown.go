@@ -97,7 +97,7 @@ func (s *session) closeRiderLocked(a *attachment) bool {
 		}
 		rd.stLocked = false
 		rd.l.stMu.Unlock()
-		rd.l.lp.doneWriting(rd, s.p.cfg.PipelineDepth)
+		rd.l.lp.doneWriting(rd, s.p.laneLimits())
 	}
 	if s.killed {
 		return false

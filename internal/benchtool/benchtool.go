@@ -61,6 +61,11 @@ type Config struct {
 	// RelayBin is the bare-relay binary the relay target runs; needed
 	// only when Targets names relay.
 	RelayBin string
+	// BaselineBin is another pgquic binary (an earlier commit's, say) the
+	// baseline target runs with the same flags as pgquic, so a change is
+	// measured against what it changed, interleaved in one run; needed
+	// only when Targets names baseline.
+	BaselineBin string
 	// PgbouncerBin, PgbenchBin: default from PATH, then /usr/sbin.
 	PgbouncerBin, PgbenchBin string
 	// Out is the directory for runs.tsv and summary.md. Default a new
@@ -91,10 +96,11 @@ func parseArgs(args []string, stderr io.Writer) (Config, error) {
 	fs.IntVar(&cfg.HighRate, "high-rate", 20000, "second fixed rate, in the first mode only, to count busy server connections under heavy load; 0 leaves it out")
 	fs.IntVar(&cfg.HighRateClients, "high-rate-clients", 200, "clients of the --high-rate run")
 	fs.StringVar(&modes, "modes", strings.Join(allModes, ","), "pgbench query modes: extended, prepared, simple")
-	fs.StringVar(&targets, "targets", strings.Join(allTargets, ","), "targets, interleaved: direct, pgquic, pgquic-nopipe (needs `pgquic serve --pipeline-depth`), pgbouncer, and relay (not by default: a bare Go relay, no pooling, needs --relay) to tell what moving the bytes costs any Go proxy from what pgquic's pooling adds")
+	fs.StringVar(&targets, "targets", strings.Join(allTargets, ","), "targets, interleaved: direct, pgquic, pgquic-nopipe (needs `pgquic serve --pipeline-depth`), pgbouncer, relay (not by default: a bare Go relay, no pooling, needs --relay) to tell what moving the bytes costs any Go proxy from what pgquic's pooling adds, and baseline (not by default: another pgquic build, needs --baseline)")
 	fs.IntVar(&cfg.Jobs, "jobs", 2, "pgbench threads (-j)")
 	fs.StringVar(&cfg.PgquicBin, "pgquic", "", "pgquic binary to measure (scripts/bench-pgbouncer builds one)")
 	fs.StringVar(&cfg.RelayBin, "relay", "", "bare-relay binary for the relay target (scripts/bench-pgbouncer builds one)")
+	fs.StringVar(&cfg.BaselineBin, "baseline", "", "another pgquic binary for the baseline target, run with the same flags as pgquic (scripts/bench-pgbouncer --baseline-rev REV builds one)")
 	fs.StringVar(&pgquicFlags, "pgquic-flags", "", "extra `pgquic serve` flags for both pgquic targets")
 	fs.StringVar(&cfg.PgbouncerBin, "pgbouncer", "", "PgBouncer binary (default: PATH, then /usr/sbin/pgbouncer); 1.21 and later also run -M prepared (max_prepared_statements)")
 	fs.StringVar(&cfg.PgbenchBin, "pgbench", "", "pgbench binary (default: PATH)")

@@ -183,11 +183,12 @@ func ratio(a, b float64) float64 {
 }
 
 // ratioPairs are the comparisons printed per (mode, load): each pgquic
-// target against PgBouncer, pipelining on against off, and, when the relay
+// target against PgBouncer, pipelining on against off, when the relay
 // ran, the relay against PgBouncer (what a Go proxy pays to move the bytes)
-// and pgquic against the relay (what pooling adds).
+// and pgquic against the relay (what pooling adds), and when a baseline
+// build ran, pgquic against it (what a change did).
 var ratioPairs = [][2]string{{targetPgquic, targetBouncer}, {targetNoPipe, targetBouncer}, {targetPgquic, targetNoPipe},
-	{targetRelay, targetBouncer}, {targetPgquic, targetRelay}}
+	{targetRelay, targetBouncer}, {targetPgquic, targetRelay}, {targetPgquic, targetBaseline}}
 
 // ratioLine compares two targets' medians; cpuRange is the pooler CPU
 // ratio's spread over the rounds (roundRange).

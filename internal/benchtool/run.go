@@ -134,6 +134,14 @@ func (e *env) prerequisites() error {
 	if _, err := os.Stat(c.PgquicBin); err != nil {
 		return fmt.Errorf("--pgquic: %w", err)
 	}
+	if slices.Contains(c.Targets, targetBaseline) {
+		if c.BaselineBin == "" {
+			return errors.New("the baseline target needs --baseline PATH, another pgquic binary")
+		}
+		if _, err := os.Stat(c.BaselineBin); err != nil {
+			return fmt.Errorf("--baseline: %w", err)
+		}
+	}
 	if slices.Contains(c.Targets, targetRelay) {
 		if c.RelayBin == "" {
 			return errors.New("the relay target needs --relay PATH (scripts/bench-pgbouncer builds bare-relay and passes it)")
@@ -243,6 +251,8 @@ func (e *env) setUp(ctx context.Context) error {
 			t, err = e.startPgBouncer(ctx)
 		case targetRelay:
 			t, err = e.startRelay(ctx)
+		case targetBaseline:
+			t, err = e.startPgquicBin(ctx, e.cfg.BaselineBin, targetBaseline, e.cfg.PgquicFlags)
 		}
 		if err != nil {
 			return err

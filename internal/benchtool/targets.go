@@ -27,6 +27,7 @@ const (
 	targetNoPipe   = "pgquic-nopipe"
 	targetBouncer  = "pgbouncer"
 	targetRelay    = "relay"
+	targetBaseline = "baseline"
 	pipelineFlag   = "pipeline-depth"
 	serveReadyWait = 30 * time.Second
 )
@@ -34,9 +35,10 @@ const (
 // allTargets is the default --targets, in the order runs interleave.
 var allTargets = []string{targetDirect, targetPgquic, targetNoPipe, targetBouncer}
 
-// knownTargets are every target --targets accepts: the defaults and the
-// relay (bare-relay, benchtool.Relay), a diagnostic asked for by name.
-var knownTargets = append(slices.Clone(allTargets), targetRelay)
+// knownTargets are every target --targets accepts: the defaults, the
+// relay (bare-relay, benchtool.Relay), a diagnostic asked for by name, and
+// the baseline (another pgquic build).
+var knownTargets = append(slices.Clone(allTargets), targetRelay, targetBaseline)
 
 // target is one place pgbench connects to: PostgreSQL itself or a pooler
 // process in front of it.
@@ -85,6 +87,11 @@ func hasPipelineFlag(bin string) (bool, error) {
 // startPgquic runs `pgquic serve` in transaction mode on a free port with
 // only the TCP front, in front of the bench database's server.
 func (e *env) startPgquic(ctx context.Context, name string, extra []string) (*target, error) {
+	return e.startPgquicBin(ctx, e.cfg.PgquicBin, name, extra)
+}
+
+// startPgquicBin runs the pgquic binary bin as target name.
+func (e *env) startPgquicBin(ctx context.Context, bin, name string, extra []string) (*target, error) {
 	port, err := freePort()
 	if err != nil {
 		return nil, err
@@ -97,7 +104,7 @@ func (e *env) startPgquic(ctx context.Context, name string, extra []string) (*ta
 	args = append(args, extra...)
 	return e.startLogged(ctx, &target{name: name, port: port,
 		flags: strings.Join(append([]string{"--pool-size", strconv.Itoa(e.cfg.Pool)}, extra...), " ")},
-		e.cfg.PgquicBin, args...)
+		bin, args...)
 }
 
 // startRelay runs the relay target (bare-relay) on a free port in front
