@@ -108,6 +108,7 @@ type serverState struct {
 	unnamedBy   uint64 // session that wrote the last unnamed Parse
 	unnamedPend int    // unnamed Parses written and not yet answered (ParseComplete, or skipped)
 	syncPend    int    // parameter syncs written and not yet answered (riderSynced)
+	namedPend   int    // cached statements whose Parse is not yet confirmed (cachedStmt.by != 0)
 	set         map[string]string
 	syncedKey   string // parameters of the last session synced, serialised (see syncParams)
 	agreedKey   string // a parameter key whose reported values conn.Params held at agreedGen (syncParams)
@@ -155,6 +156,7 @@ func (st *serverState) lookup(name, key string, sid uint64) (present, conflict b
 // is sid's alone until confirmed.
 func (st *serverState) add(name, key string, gen, sid uint64) {
 	st.byName[name] = st.lru.PushFront(&cachedStmt{name: name, key: key, gen: gen, by: sid})
+	st.namedPend++
 }
 
 // confirm records the server's ParseComplete for a Parse e of session sid.
@@ -166,6 +168,7 @@ func (st *serverState) confirm(e *entry, sid uint64) {
 	if el := st.byName[e.stmt]; el != nil && e.stmt != "" {
 		if cs := el.Value.(*cachedStmt); cs.by == sid {
 			cs.by = 0
+			st.namedPend--
 		}
 	}
 }
@@ -196,6 +199,9 @@ func (st *serverState) genOf(name string) uint64 {
 
 func (st *serverState) remove(name string) {
 	if el := st.byName[name]; el != nil {
+		if el.Value.(*cachedStmt).by != 0 {
+			st.namedPend--
+		}
 		st.lru.Remove(el)
 		delete(st.byName, name)
 	}
@@ -231,6 +237,10 @@ func (st *serverState) forget(e *entry, sid uint64) {
 // name is closed before it is prepared again.
 func (st *serverState) settle() {
 	st.unnamedPend, st.syncPend = 0, 0
+	if st.namedPend == 0 {
+		return
+	}
+	st.namedPend = 0
 	for el := st.lru.Front(); el != nil; {
 		next := el.Next()
 		if cs := el.Value.(*cachedStmt); cs.by != 0 {
@@ -260,6 +270,7 @@ func (st *serverState) dropStatements(certain bool) {
 	st.lru.Init()
 	clear(st.byName)
 	clear(st.maybe)
+	st.namedPend = 0
 	st.unsure = !certain
 	st.unnamedOK = false
 }
