@@ -238,7 +238,7 @@ func (s *server) routes(ctx context.Context) ([]backend.Route, error) {
 			return nil, fmt.Errorf("start throwaway PostgreSQL (pass --backend to use your own): %w", err)
 		}
 		s.cluster = c
-		s.logger.Info("throwaway PostgreSQL running; it is deleted at exit", "url", c.SuperURL("postgres"), "data_dir", c.DataDir)
+		s.logger.Info("throwaway PostgreSQL running; it is deleted at exit", "url", config.RedactConnString(c.SuperURL("postgres")), "data_dir", c.DataDir)
 	}
 	return s.routesFor(cfg), nil
 }
