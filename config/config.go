@@ -146,7 +146,8 @@ type Config struct {
 	// SQLSTATE 53300 before anything is read from it. Default: 1000.
 	MaxStartingClients int `yaml:"max_starting_clients"`
 
-	// MaxStartingPerSource is MaxStartingClients for one client IP address.
+	// MaxStartingPerSource is MaxStartingClients for one client IP address,
+	// an IPv6 client counted by its /64.
 	// An edge sidecar is one source: raise it if the sidecar's bursts of
 	// logins are refused. Default: 100.
 	MaxStartingPerSource int `yaml:"max_starting_per_source"`
