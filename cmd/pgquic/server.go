@@ -172,12 +172,14 @@ func startServer(ctx context.Context, cfg *config.Config, logger *slog.Logger) (
 			}
 		}
 		s.quic, err = quicfront.NewServer(quicfront.ServerConfig{
-			Addr:              cfg.QUICListen,
-			TLSConfig:         qtls,
-			ALPN:              cfg.ALPN,
-			MaxConns:          cfg.QUICMaxConns,
-			MaxStreamsPerConn: cfg.QUICMaxStreams,
-			StatelessResetKey: resetKey,
+			Addr:               cfg.QUICListen,
+			TLSConfig:          qtls,
+			ALPN:               cfg.ALPN,
+			MaxConns:           cfg.QUICMaxConns,
+			MaxConnsPerSource:  cfg.QUICMaxConnsPerSource,
+			FirstStreamTimeout: cfg.StartupTimeout,
+			MaxStreamsPerConn:  cfg.QUICMaxStreams,
+			StatelessResetKey:  resetKey,
 		}, s.pooler, logger.With("component", "quic"), s.reg)
 		if err != nil {
 			return nil, err
