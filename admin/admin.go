@@ -54,6 +54,13 @@ type Config struct {
 	// 08P01 "not allowed", as PgBouncer refuses users not in its
 	// admin_users. Default: nobody.
 	Users []string
+	// CurrentUsers, when set, replaces Users: it is asked at every login
+	// and before every command, so a reload that removes a user from
+	// admin_users locks that user out at once, open sessions included
+	// (their next command ends the session with FATAL 42501). cmd/pgquic
+	// returns the admin_users of the configuration in force, the value
+	// SHOW CONFIG shows. Default: nil (Users).
+	CurrentUsers func() []string
 	// Version is reported by SHOW VERSION after "pgquic ". Default: "(devel)".
 	Version string
 	// Mode is the pooling mode SHOW POOLS and SHOW DATABASES report.
@@ -107,8 +114,12 @@ func (c *Console) IsConsole(database string) bool {
 	return slices.Contains(Databases, database)
 }
 
-// Allowed reports whether user is one of Config.Users.
+// Allowed reports whether user may use the console now: one of
+// Config.CurrentUsers() when set, else of Config.Users.
 func (c *Console) Allowed(user string) bool {
+	if c.cfg.CurrentUsers != nil {
+		return slices.Contains(c.cfg.CurrentUsers(), user)
+	}
 	return slices.Contains(c.cfg.Users, user)
 }
 
@@ -130,15 +141,27 @@ const (
 	codeObjectNotInState = "55000" // object_not_in_prerequisite_state: already paused, not paused
 )
 
+// errNoLongerAdmin ends a console session whose user was removed from
+// admin_users while it was open.
+var errNoLongerAdmin = errors.New("user no longer in admin_users")
+
 // Serve runs one console session: simple Query messages only, as
 // PgBouncer's console. Extended-protocol messages end the session with
-// FATAL 0A000 saying so.
+// FATAL 0A000 saying so. Every command first checks that the user is still
+// allowed (a reload may have removed it from admin_users since the login);
+// if not, the session ends with FATAL 42501 before the command runs.
 func (c *Console) Serve(ctx context.Context, conn *pooler.ConsoleConn) error {
 	log := c.log.With("user", conn.User(), "session", conn.ID())
 	for {
 		typ, body, err := conn.Next()
 		if err != nil {
 			return err
+		}
+		if typ != 'X' && !c.Allowed(conn.User()) {
+			log.Info("admin console session ended: user no longer in admin_users")
+			_ = c.fatal(conn, pgproto.CodeInsufficientPrivilege,
+				fmt.Sprintf("permission denied: user %q is no longer in admin_users", conn.User()))
+			return errNoLongerAdmin
 		}
 		switch typ {
 		case 'X':

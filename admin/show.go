@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/pgquic/pgquic/backend"
+	"github.com/pgquic/pgquic/config"
 	"github.com/pgquic/pgquic/pooler"
 )
 
@@ -359,7 +360,9 @@ func (c *Console) showDatabases() *result {
 	return r
 }
 
-// showConfig is SHOW CONFIG: key, value, default, changeable.
+// showConfig is SHOW CONFIG: key, value, default, changeable. Every value
+// goes through config.Redact, whatever Config.Settings returned, so a
+// secret (a backend password, a passphrase) is never shown.
 func (c *Console) showConfig() *result {
 	r := &result{cols: cols("ssss", "key", "value", "default", "changeable")}
 	if c.cfg.Settings != nil {
@@ -368,7 +371,7 @@ func (c *Console) showConfig() *result {
 			if s.Changeable {
 				ch = "yes"
 			}
-			r.add(s.Key, s.Value, s.Default, ch)
+			r.add(s.Key, config.Redact(s.Key, s.Value), config.Redact(s.Key, s.Default), ch)
 		}
 	}
 	return r

@@ -65,18 +65,23 @@ type Settings struct {
 	Host string
 	Port uint16
 	// PoolSize, MinPool and ServerLifetime are the PoolConfig values in
-	// force, defaults applied.
+	// force, defaults applied; MinPool is 0 for a template database, whose
+	// pool keeps no idle connection (template.go).
 	PoolSize, MinPool int
 	ServerLifetime    time.Duration
 }
 
 // Settings returns the pool's configuration.
 func (p *Pool) Settings() Settings {
+	minPool := p.cfg.MinPool
+	if p.template.Load() {
+		minPool = 0
+	}
 	return Settings{
 		Host:           p.pgcfg.Host,
 		Port:           p.pgcfg.Port,
 		PoolSize:       p.cfg.PoolSize,
-		MinPool:        p.cfg.MinPool,
+		MinPool:        minPool,
 		ServerLifetime: p.cfg.ServerLifetime,
 	}
 }

@@ -105,8 +105,9 @@ func (c *Conn) ObserveTransaction(d time.Duration) {
 // Release returns the connection to its pool. The caller guarantees the
 // connection is idle: ReadyForQuery with status 'I' has been read, every
 // response has been consumed and W has been flushed. A connection past its
-// ServerLifetime, or one that still has buffered bytes (a broken promise that
-// would hand the next client someone else's data), is destroyed instead.
+// ServerLifetime, one of a template database (see template.go), or one that
+// still has buffered bytes (a broken promise that would hand the next client
+// someone else's data), is destroyed instead.
 // Calling Release or Destroy again afterwards does nothing.
 func (c *Conn) Release() {
 	res := c.res.Swap(nil)
@@ -124,6 +125,11 @@ func (c *Conn) Release() {
 	}
 	if now.Sub(c.createdAt) > p.cfg.ServerLifetime {
 		p.destroyRes(res, reasonLifetime)
+		p.notifyReleased()
+		return
+	}
+	if p.template.Load() {
+		p.destroyRes(res, reasonTemplate) // see template.go
 		p.notifyReleased()
 		return
 	}

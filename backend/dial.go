@@ -33,6 +33,9 @@ func (p *Pool) dial(ctx context.Context) (*Conn, error) {
 	if err != nil {
 		return nil, fmt.Errorf("backend: connect to %s as %s: %w", p.database, p.user, err)
 	}
+	if !p.templateKnown.Load() {
+		p.readTemplate(ctx, pgConn)
+	}
 	// SyncConn makes sure no bytes are left in pgconn's own read buffer and
 	// no background reader is running, so Hijack hands over a clean socket.
 	if err := pgConn.SyncConn(ctx); err != nil {

@@ -14,9 +14,10 @@ const (
 	reasonLifetime = "lifetime" // older than ServerLifetime
 	reasonIdle     = "idle"     // idle longer than ServerIdleTimeout above MinPool
 	reasonError    = "error"    // the holder destroyed it (protocol or I/O error, client vanished mid-transaction)
+	reasonTemplate = "template" // its database is a template, whose pool keeps no idle connection (template.go)
 )
 
-var destroyReasons = [...]string{reasonDead, reasonLifetime, reasonIdle, reasonError, reasonAdmin}
+var destroyReasons = [...]string{reasonDead, reasonLifetime, reasonIdle, reasonError, reasonAdmin, reasonTemplate}
 
 // Metrics holds the backend package's Prometheus metrics. One Metrics serves
 // any number of pools; each pool binds its label values once at creation so

@@ -104,6 +104,10 @@ type Pool struct {
 	// newest is the most recently opened connection still in the pool;
 	// ServerParams reports its ServerDefaults. The destructor clears it.
 	newest atomic.Pointer[Conn]
+
+	// template is set when the pool's database is a template database
+	// (template.go); templateKnown once a connection has read it.
+	template, templateKnown atomic.Bool
 }
 
 // Stats is a snapshot of a pool's connections.
@@ -502,8 +506,10 @@ func (p *Pool) maintain() {
 }
 
 // sweepIdle takes every idle connection out for a moment and destroys it
-// when it is dead, past ServerLifetime, or idle past ServerIdleTimeout while
-// the pool holds more than MinPool; the rest go back unchanged.
+// when it is dead, past ServerLifetime, idle past ServerIdleTimeout while
+// the pool holds more than MinPool, or of a template database (such as the
+// connections warm opened before the first one found that out); the rest
+// go back unchanged.
 //
 // While a connection is out for its check, Stat counts it as idle (see
 // sweeping); the count and puddle's change together under sweepMu. Each
@@ -527,6 +533,8 @@ func (p *Pool) sweepIdle() {
 			reason = reasonLifetime
 		case total > p.cfg.MinPool && res.IdleDuration() > p.cfg.ServerIdleTimeout:
 			reason = reasonIdle
+		case p.template.Load():
+			reason = reasonTemplate
 		}
 		p.sweepMu.Lock()
 		p.sweeping--
@@ -543,11 +551,12 @@ func (p *Pool) sweepIdle() {
 	}
 }
 
-// fillMin opens connections until the pool holds MinPool. After a failure it
+// fillMin opens connections until the pool holds MinPool, none for a
+// template database. After a failure it
 // backs off exponentially (1s, 2s, 4s... up to 30s) and logs only the first
 // failure of a streak and the recovery.
 func (p *Pool) fillMin() {
-	if p.cfg.MinPool == 0 || p.paused.Load() || time.Now().Before(p.retryAt) {
+	if p.cfg.MinPool == 0 || p.paused.Load() || p.template.Load() || time.Now().Before(p.retryAt) {
 		return
 	}
 	for int(p.pp.Stat().TotalResources()) < p.cfg.MinPool {

@@ -2,7 +2,6 @@ package config
 
 import (
 	"fmt"
-	"net/url"
 	"reflect"
 	"strconv"
 	"strings"
@@ -57,7 +56,7 @@ type Setting struct {
 	// Key is the YAML key; nested keys are joined with a dot (auth.method).
 	Key string
 	// Value is the value in force and Default the built-in default, both
-	// as text; passwords in URLs are masked.
+	// as text, with every secret replaced by Redacted (see Redact).
 	Value, Default string
 }
 
@@ -83,7 +82,8 @@ func walkSettings(v, d reflect.Value, prefix string, out *[]Setting) {
 			walkSettings(v.Field(i), d.Field(i), prefix+key+".", out)
 			continue
 		}
-		*out = append(*out, Setting{Key: prefix + key, Value: settingText(v.Field(i)), Default: settingText(d.Field(i))})
+		k := prefix + key
+		*out = append(*out, Setting{Key: k, Value: Redact(k, settingText(v.Field(i))), Default: Redact(k, settingText(d.Field(i)))})
 	}
 }
 
@@ -93,7 +93,7 @@ func settingText(v reflect.Value) string {
 	case time.Duration:
 		return x.String()
 	case string:
-		return maskPassword(x)
+		return x
 	case bool:
 		return strconv.FormatBool(x)
 	case int:
@@ -102,16 +102,4 @@ func settingText(v reflect.Value) string {
 		return strings.Join(x, ",")
 	}
 	return fmt.Sprint(v.Interface())
-}
-
-// maskPassword hides the password of a postgres:// URL.
-func maskPassword(s string) string {
-	if !strings.HasPrefix(s, "postgres://") && !strings.HasPrefix(s, "postgresql://") {
-		return s
-	}
-	u, err := url.Parse(s)
-	if err != nil {
-		return "(unparsable URL)"
-	}
-	return u.Redacted()
 }

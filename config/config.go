@@ -146,7 +146,8 @@ type Config struct {
 	// SQLSTATE 53300 before anything is read from it. Default: 1000.
 	MaxStartingClients int `yaml:"max_starting_clients"`
 
-	// MaxStartingPerSource is MaxStartingClients for one client IP address.
+	// MaxStartingPerSource is MaxStartingClients for one client IP address,
+	// an IPv6 client counted by its /64.
 	// An edge sidecar is one source: raise it if the sidecar's bursts of
 	// logins are refused. Default: 100.
 	MaxStartingPerSource int `yaml:"max_starting_per_source"`
@@ -191,6 +192,14 @@ type Config struct {
 	// front's own default. Default: 0.
 	QUICMaxConns int `yaml:"quic_max_conns"`
 
+	// QUICMaxConnsPerSource bounds the concurrent QUIC connections of one
+	// client source (an IPv4 address, an IPv6 /64), so one client cannot
+	// hold every quic_max_conns slot. Behind a UDP load balancer that
+	// hides client addresses every client is one source: raise it to
+	// quic_max_conns there. Zero means the QUIC front's own default, a
+	// quarter of quic_max_conns (250 with its default). Default: 0.
+	QUICMaxConnsPerSource int `yaml:"quic_max_conns_per_source"`
+
 	// QUICMaxStreams bounds the concurrent streams (sessions) of one QUIC
 	// connection. The QUIC front refuses values below 1000, since clients
 	// multiplex hundreds of sessions per connection. Default: 1000.
@@ -207,7 +216,8 @@ type Config struct {
 	AdminUsers UserList `yaml:"admin_users"`
 
 	// StartupTimeout bounds a client's time from connecting to finishing
-	// authentication. Default: 15s.
+	// authentication, and a QUIC connection's time from its handshake to
+	// opening its first stream. Default: 15s.
 	StartupTimeout time.Duration `yaml:"startup_timeout"`
 
 	// AcquireTimeout bounds how long a client waits for a server connection
@@ -549,6 +559,9 @@ func (c *Config) Validate() error {
 	}
 	if c.QUICMaxConns < 0 {
 		bad("quic_max_conns: %d must not be negative", c.QUICMaxConns)
+	}
+	if c.QUICMaxConnsPerSource < 0 {
+		bad("quic_max_conns_per_source: %d must not be negative", c.QUICMaxConnsPerSource)
 	}
 	if c.QUICMaxStreams < 1 {
 		bad("quic_max_streams: %d must be at least 1", c.QUICMaxStreams)

@@ -70,6 +70,7 @@ func TestGoodFiles(t *testing.T) {
 			QUICStatelessResetKeyFile: "/etc/pgquic/reset-key",
 			ALPN:                      "pgquic/test",
 			QUICMaxConns:              300,
+			QUICMaxConnsPerSource:     60,
 			QUICMaxStreams:            2000,
 			Auth:                      Auth{Method: "scram-sha-256", File: "/etc/pgquic/userlist.txt", TrustLoopbackOnly: true},
 			AdminUsers:                UserList{"admin", "ops"},
@@ -162,6 +163,7 @@ func TestBadFiles(t *testing.T) {
 			"max_message_bytes: 100 is below the minimum",
 			"quic_max_streams: -1 must be at least 1",
 			"max_starting_per_source: -1 must be at least 1",
+			"quic_max_conns_per_source: -2 must not be negative",
 		},
 	}
 	files, err := filepath.Glob("testdata/*.bad.yml")

@@ -174,9 +174,11 @@ type Config struct {
 	// Default: 2000.
 	MaxStartingClients int
 
-	// MaxStartingPerSource is MaxStartingClients for one source: the
-	// client's IP address (Peer.Addr), so one host cannot take every
-	// startup slot; sessions whose Peer.Addr is nil count as one source.
+	// MaxStartingPerSource is MaxStartingClients for one source, as
+	// front.Source keys Peer.Addr: an IPv4 address, or an IPv6 address's
+	// /64 (a host may use any address of its /64), so one host cannot take
+	// every startup slot; sessions whose Peer.Addr is nil count as one
+	// source.
 	// An edge sidecar that opens many sessions at once is one source: raise
 	// this bound if its bursts of logins are refused. Default: 500.
 	MaxStartingPerSource int

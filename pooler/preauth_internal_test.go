@@ -51,31 +51,3 @@ func TestPreauthScratchIsBounded(t *testing.T) {
 	_ = server.Close()
 	<-drained
 }
-
-// TestPreauthSourceOf: the source a session counts against is its IP
-// address, whatever the address type; other peers count by address, and a
-// nil address is "unknown".
-func TestPreauthSourceOf(t *testing.T) {
-	var nilTCP *net.TCPAddr
-	pipe, other := net.Pipe()
-	defer pipe.Close()
-	defer other.Close()
-	for _, tc := range []struct {
-		addr net.Addr
-		want string
-	}{
-		{nil, "unknown"},
-		{nilTCP, "unknown"},
-		{&net.TCPAddr{IP: net.ParseIP("192.0.2.1"), Port: 5432}, "192.0.2.1"},
-		{&net.TCPAddr{IP: net.ParseIP("::ffff:192.0.2.1"), Port: 1}, "192.0.2.1"},
-		{&net.UDPAddr{IP: net.ParseIP("2001:db8::1"), Port: 443}, "2001:db8::1"},
-		{&net.IPAddr{IP: net.ParseIP("192.0.2.7")}, "192.0.2.7"},
-		{&net.TCPAddr{}, "unknown"},
-		{&net.UnixAddr{Name: "/run/pg.sock", Net: "unix"}, "unix:/run/pg.sock"},
-		{pipe.RemoteAddr(), "pipe:pipe"},
-	} {
-		if got := sourceOf(tc.addr); got != tc.want {
-			t.Errorf("sourceOf(%#v) = %q, want %q", tc.addr, got, tc.want)
-		}
-	}
-}

@@ -159,3 +159,28 @@ func TestPreauthStartingLimits(t *testing.T) {
 		t.Fatalf("%d sessions still counted as starting after logging in", n)
 	}
 }
+
+// TestPreauthStartingPerSourceIPv6Prefix: IPv6 clients count against
+// MaxStartingPerSource by their /64, so a host cannot dodge the limit by
+// using many addresses of its prefix, while a neighbouring /64 is another
+// source.
+func TestPreauthStartingPerSourceIPv6Prefix(t *testing.T) {
+	h := newHarness(t, harnessOpts{cluster: sharedCluster(t), cfg: pooler.Config{
+		Auth:                 scramAuthenticator(t),
+		MaxStartingClients:   10,
+		MaxStartingPerSource: 2,
+		StartupTimeout:       time.Minute,
+	}})
+	sh := &startingHarness{harness: h, ctx: testCtx(t, 2*time.Minute)}
+	t.Cleanup(sh.wg.Wait)
+	sh.stall(t, tcpSource("2001:db8::1"))
+	sh.stall(t, tcpSource("2001:db8::ffff:2"))
+	m := sh.refused(t, tcpSource("2001:db8::3"))
+	if m.errorField('C') != "53300" || m.errorField('M') != "too many connections still authenticating from 2001:db8::/64" {
+		t.Fatalf("third session from 2001:db8::/64: %v, want FATAL 53300 naming the /64", m)
+	}
+	sh.stall(t, tcpSource("2001:db8:0:1::1")) // the next /64
+	sh.waitStarting(t, 3)
+	sh.closeAll()
+	sh.waitStarting(t, 0)
+}

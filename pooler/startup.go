@@ -7,14 +7,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
-	"net/netip"
 	"strings"
 	"sync"
 
 	"github.com/jackc/pgx/v5/pgproto3"
 
 	"github.com/pgquic/pgquic/backend"
+	"github.com/pgquic/pgquic/internal/front"
 	"github.com/pgquic/pgquic/internal/pgproto"
 	"github.com/pgquic/pgquic/internal/wire"
 )
@@ -89,42 +88,6 @@ func (l *startingLimiter) count() int {
 // it to see unauthenticated load.
 func (p *Pooler) StartingSessions() int { return p.starting.count() }
 
-// sourceOf names the source a session counts against for
-// MaxStartingPerSource: the client's IP address (IPv4-mapped IPv6 addresses
-// as IPv4), or, for a peer without one, its network and address; a nil
-// address is the source "unknown".
-func sourceOf(a net.Addr) string {
-	var ip net.IP
-	switch v := a.(type) {
-	case nil:
-		return "unknown"
-	case *net.TCPAddr:
-		if v == nil {
-			return "unknown"
-		}
-		ip = v.IP
-	case *net.UDPAddr:
-		if v == nil {
-			return "unknown"
-		}
-		ip = v.IP
-	case *net.IPAddr:
-		if v == nil {
-			return "unknown"
-		}
-		ip = v.IP
-	default:
-		if ap, err := netip.ParseAddrPort(a.String()); err == nil {
-			return ap.Addr().Unmap().String()
-		}
-		return a.Network() + ":" + a.String()
-	}
-	if addr, ok := netip.AddrFromSlice(ip); ok {
-		return addr.Unmap().String()
-	}
-	return "unknown"
-}
-
 // startupParams is what a StartupMessage asked for.
 type startupParams struct {
 	minor   uint16
@@ -143,7 +106,7 @@ type startupParams struct {
 // refused at once, before anything is read, so clients that connect and
 // stay silent cannot pile up beyond those limits.
 func (s *session) startup(ctx context.Context) error {
-	src := sourceOf(s.peer.Addr)
+	src := front.Source(s.peer.Addr) // IPv6 clients by their /64
 	if msg, ok := s.p.starting.acquire(src, s.p.cfg.MaxStartingClients, s.p.cfg.MaxStartingPerSource); !ok {
 		s.log.Info("refusing a session: too many still authenticating", "source", src)
 		return s.fail(fatal(pgproto.CodeTooManyConnections, msg, errTooManyStarting))

@@ -23,7 +23,8 @@ const (
 	ErrCodeInternal = pgproto.QUICInternal
 	// ErrCodeServerShutdown (2): the server is shutting down; re-dial.
 	ErrCodeServerShutdown = pgproto.QUICServerShutdown
-	// ErrCodeTooManyConns (3): the server refused the connection at its bound.
+	// ErrCodeTooManyConns (3): the server refused the connection at its
+	// bound, in all or for this client's source.
 	ErrCodeTooManyConns = pgproto.QUICTooManyConns
 	// ErrCodeStartupTimeout (4): the startup packet did not arrive in time.
 	ErrCodeStartupTimeout = pgproto.QUICStartupTimeout
@@ -32,6 +33,9 @@ const (
 	// ErrCodeTooManyStreams (6): the server runs its bound of sessions;
 	// retry later or use fewer sessions.
 	ErrCodeTooManyStreams = pgproto.QUICTooManyStreams
+	// ErrCodeNoStreamTimeout (7): the connection opened no stream within the
+	// server's startup timeout; the Dialer opens one as soon as it dials.
+	ErrCodeNoStreamTimeout = pgproto.QUICNoStreamTimeout
 )
 
 // RemoteErrorCode extracts the application error code the peer sent when it

@@ -250,6 +250,8 @@ func TestConfigValidation(t *testing.T) {
 		{},
 		{Addr: "127.0.0.1:0", MaxStreamsPerConn: 100},
 		{Addr: "127.0.0.1:0", MaxConns: -1},
+		{Addr: "127.0.0.1:0", MaxConnsPerSource: -1},
+		{Addr: "127.0.0.1:0", FirstStreamTimeout: -time.Second},
 	} {
 		if _, err := NewServer(cfg, quictest.Echo{}, nil, nil); err == nil {
 			t.Errorf("config %+v accepted", cfg)
@@ -261,7 +263,8 @@ func TestConfigValidation(t *testing.T) {
 	}
 	c := s.cfg
 	if c.ALPN != DefaultALPN || c.MaxConns != 1000 || c.MaxStreamsPerConn != 1000 || c.StreamStartupTimeout != 10*time.Second ||
-		c.IdleTimeout != 60*time.Second || c.KeepAlivePeriod != 15*time.Second || c.Allow0RTT {
+		c.IdleTimeout != 60*time.Second || c.KeepAlivePeriod != 15*time.Second || c.Allow0RTT ||
+		c.MaxConnsPerSource != 250 || c.FirstStreamTimeout != 15*time.Second {
 		t.Fatalf("defaults: %+v", c)
 	}
 	if s.quicCfg.MaxIncomingUniStreams != -1 || s.quicCfg.EnableDatagrams || s.tlsConf.MinVersion != tls.VersionTLS13 || s.tlsConf.NextProtos[0] != DefaultALPN {

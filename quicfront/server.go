@@ -11,6 +11,7 @@ import (
 	"net"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgproto3"
@@ -30,6 +31,7 @@ const (
 	DefaultMaxStreamsPerConn    = defaults.QUICMaxStreamsPerConn
 	DefaultMaxStreams           = defaults.MaxClients
 	DefaultStreamStartupTimeout = defaults.QUICStreamStartupTimeout
+	DefaultFirstStreamTimeout   = defaults.StartupTimeout
 	DefaultIdleTimeout          = defaults.QUICIdleTimeout
 	DefaultKeepAlivePeriod      = defaults.QUICKeepAlivePeriod
 )
@@ -75,6 +77,12 @@ type ServerConfig struct {
 	// MaxConns bounds concurrent QUIC connections; extra ones are closed with
 	// error code too_many_conns (3). Default 1000.
 	MaxConns int
+	// MaxConnsPerSource bounds the concurrent QUIC connections of one
+	// source, as front.Source keys the client's address (an IPv4 address,
+	// an IPv6 /64), so one client cannot hold every MaxConns slot; extra
+	// ones are closed with error code too_many_conns (3). Default: a
+	// quarter of MaxConns, at least 1 (250 with the default MaxConns).
+	MaxConnsPerSource int
 	// MaxStreamsPerConn is the concurrent stream credit per connection
 	// (quic MaxIncomingStreams). Default 1000; smaller values are refused.
 	MaxStreamsPerConn int
@@ -92,6 +100,14 @@ type ServerConfig struct {
 	// whole first packet (startup packet); after it the stream is reset with
 	// error code startup_timeout (4). Default 10s.
 	StreamStartupTimeout time.Duration
+	// FirstStreamTimeout is how long an accepted connection may take to
+	// open its first stream; a connection that opened none by then is
+	// closed with error code no_stream_timeout (7). Keep-alives keep an
+	// idle connection from timing out, so without it connections that
+	// never start a session would hold their MaxConns slots for good.
+	// Default 15s, the pooler's startup timeout (cmd/pgquic passes
+	// startup_timeout).
+	FirstStreamTimeout time.Duration
 	// IdleTimeout is quic MaxIdleTimeout: a connection without any packet for
 	// this long is dead. Default 60s.
 	IdleTimeout time.Duration
@@ -127,6 +143,12 @@ func (c *ServerConfig) populate() error {
 	if c.MaxConns < 0 {
 		return fmt.Errorf("quicfront: MaxConns %d must be positive", c.MaxConns)
 	}
+	if c.MaxConnsPerSource == 0 {
+		c.MaxConnsPerSource = max(1, c.MaxConns/4)
+	}
+	if c.MaxConnsPerSource < 0 {
+		return fmt.Errorf("quicfront: MaxConnsPerSource %d must be positive", c.MaxConnsPerSource)
+	}
 	if c.MaxStreamsPerConn == 0 {
 		c.MaxStreamsPerConn = DefaultMaxStreamsPerConn
 	}
@@ -142,6 +164,9 @@ func (c *ServerConfig) populate() error {
 	if c.StreamStartupTimeout == 0 {
 		c.StreamStartupTimeout = DefaultStreamStartupTimeout
 	}
+	if c.FirstStreamTimeout == 0 {
+		c.FirstStreamTimeout = DefaultFirstStreamTimeout
+	}
 	if c.IdleTimeout == 0 {
 		c.IdleTimeout = DefaultIdleTimeout
 	}
@@ -151,7 +176,7 @@ func (c *ServerConfig) populate() error {
 	if c.KeepAlivePeriod < 0 {
 		c.KeepAlivePeriod = 0
 	}
-	if c.StreamStartupTimeout < 0 || c.IdleTimeout < 0 {
+	if c.StreamStartupTimeout < 0 || c.IdleTimeout < 0 || c.FirstStreamTimeout < 0 {
 		return errors.New("quicfront: timeouts must not be negative")
 	}
 	return nil
@@ -180,7 +205,7 @@ func newServerMetrics(reg prometheus.Registerer) (*serverMetrics, error) {
 		streamsTotal: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "pgquic", Subsystem: "quic",
 			Name: "streams_total", Help: "QUIC streams accepted."}),
 		connsRefused: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "pgquic", Subsystem: "quic",
-			Name: "connections_refused_total", Help: "QUIC connections refused because MaxConns was reached or the server was shutting down."}),
+			Name: "connections_refused_total", Help: "QUIC connections refused because MaxConns or MaxConnsPerSource was reached or the server was shutting down."}),
 		streamsRefused: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "pgquic", Subsystem: "quic",
 			Name: "streams_refused_total", Help: "QUIC streams the server refused before a session started, by reason: too_many_streams (beyond MaxStreams) or shutdown."}, []string{"reason"}),
 		streamsAbandoned: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "pgquic", Subsystem: "quic",
@@ -219,6 +244,7 @@ type Server struct {
 	tr       *quic.Transport
 	ln       listener
 	conns    map[*serverConn]struct{}
+	bySource map[string]int // connections per front.Source, for MaxConnsPerSource
 	draining bool
 	closed   bool
 	stopped  chan struct{} // closed when draining starts
@@ -240,6 +266,7 @@ type listener interface {
 type serverConn struct {
 	conn   *quic.Conn
 	peer   front.Peer // what the handler is told about each of its sessions
+	source string     // front.Source of the peer, counted in Server.bySource
 	active int        // sessions running; guarded by Server.mu
 }
 
@@ -259,7 +286,7 @@ func NewServer(cfg ServerConfig, h front.Handler, logger *slog.Logger, reg prome
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{cfg: cfg, h: h, log: logger, m: m, conns: map[*serverConn]struct{}{},
+	s := &Server{cfg: cfg, h: h, log: logger, m: m, conns: map[*serverConn]struct{}{}, bySource: map[string]int{},
 		stopped: make(chan struct{}), sem: make(chan struct{}, cfg.MaxConns),
 		streams: make(chan struct{}, cfg.MaxStreams), limit: make(chan struct{}, limitSlots)}
 	s.baseCtx, s.baseCancel = context.WithCancel(context.Background())
@@ -399,11 +426,20 @@ func (s *Server) Serve(ctx context.Context) error {
 // admit registers conn or refuses it; it never blocks, so the accept queue
 // (32 connections in quic-go) keeps moving.
 func (s *Server) admit(conn *quic.Conn) {
+	src := front.Source(conn.RemoteAddr())
 	s.mu.Lock()
 	if s.draining || s.closed {
 		s.mu.Unlock()
 		s.m.connsRefused.Inc()
 		_ = conn.CloseWithError(quicwire.AppCode(pgproto.QUICServerShutdown), "server shutting down")
+		return
+	}
+	if s.bySource[src] >= s.cfg.MaxConnsPerSource {
+		s.mu.Unlock()
+		s.m.connsRefused.Inc()
+		s.log.Warn("QUIC connection refused: MaxConnsPerSource reached", "remote", conn.RemoteAddr().String(),
+			"source", src, "max_conns_per_source", s.cfg.MaxConnsPerSource)
+		_ = conn.CloseWithError(quicwire.AppCode(pgproto.QUICTooManyConns), "too many connections from this source")
 		return
 	}
 	select {
@@ -417,9 +453,10 @@ func (s *Server) admit(conn *quic.Conn) {
 	}
 	s.connSeq++
 	// Peer.Conn names the connection ("quic-" and its sequence number).
-	sc := &serverConn{conn: conn, peer: front.Peer{Addr: conn.RemoteAddr(), Transport: "quic",
+	sc := &serverConn{conn: conn, source: src, peer: front.Peer{Addr: conn.RemoteAddr(), Transport: "quic",
 		Conn: "quic-" + strconv.FormatUint(s.connSeq, 10), Secure: true}}
 	s.conns[sc] = struct{}{}
+	s.bySource[src]++
 	s.connWG.Add(1)
 	s.mu.Unlock()
 	s.m.conns.Inc()
@@ -427,13 +464,19 @@ func (s *Server) admit(conn *quic.Conn) {
 }
 
 // runConn accepts the connection's streams until the connection ends, then
-// waits for its sessions. It owns the connection's MaxConns slot.
+// waits for its sessions. It owns the connection's MaxConns and
+// MaxConnsPerSource slots, and closes the connection with
+// pgproto.QUICNoStreamTimeout if no stream arrives within
+// FirstStreamTimeout.
 func (s *Server) runConn(sc *serverConn) {
 	var streamWG sync.WaitGroup
 	defer func() {
 		streamWG.Wait()
 		s.mu.Lock()
 		delete(s.conns, sc)
+		if s.bySource[sc.source]--; s.bySource[sc.source] <= 0 {
+			delete(s.bySource, sc.source) // the map holds only sources with connections
+		}
 		s.mu.Unlock()
 		<-s.sem
 		s.m.conns.Dec()
@@ -442,11 +485,24 @@ func (s *Server) runConn(sc *serverConn) {
 	conn := sc.conn
 	log := s.log.With("remote", conn.RemoteAddr().String())
 	log.Debug("QUIC connection accepted")
+	// first is 0 until the first stream arrives (1) or FirstStreamTimeout
+	// passes (2), whichever comes first.
+	var first atomic.Int32
+	noStream := time.AfterFunc(s.cfg.FirstStreamTimeout, func() {
+		if first.CompareAndSwap(0, 2) {
+			log.Debug("QUIC connection closed: no stream opened in time", "timeout", s.cfg.FirstStreamTimeout)
+			_ = conn.CloseWithError(quicwire.AppCode(pgproto.QUICNoStreamTimeout), "no stream opened in time")
+		}
+	})
+	defer noStream.Stop()
 	for {
 		str, err := conn.AcceptStream(conn.Context())
 		if err != nil {
 			log.Debug("QUIC connection ended", "cause", context.Cause(conn.Context()))
 			return
+		}
+		if first.CompareAndSwap(0, 1) {
+			noStream.Stop()
 		}
 		sconn := quicwire.NewConn(str, conn, nil)
 		s.mu.Lock()

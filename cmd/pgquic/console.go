@@ -15,13 +15,15 @@ import (
 // newConsole builds the admin console for the running server. It is always
 // attached, so a user not in admin_users who asks for the pgquic or
 // pgbouncer database is told "not allowed" rather than routed to a server.
-// It reports the pools and settings in force, which a reload replaces, and
-// its RELOAD does what SIGHUP does.
+// It reports the pools and settings in force, which a reload replaces, asks
+// the configuration in force who is an admin user (so SHOW CONFIG's
+// admin_users is the list enforced, and a reload that removes a user locks
+// it out at once), and its RELOAD does what SIGHUP does.
 func (s *server) newConsole() *admin.Console {
 	return admin.New(admin.Config{
-		Users:   s.cfg.AdminUsers,
-		Version: buildVersion(),
-		Mode:    s.cfg.Mode,
+		CurrentUsers: func() []string { return s.live.cfg.Load().AdminUsers },
+		Version:      buildVersion(),
+		Mode:         s.cfg.Mode,
 		Settings: func() []admin.Setting {
 			var out []admin.Setting
 			for _, st := range s.live.cfg.Load().Settings() {

@@ -260,7 +260,7 @@ func TestConsoleReload(t *testing.T) {
 	for _, r := range res[0].Rows {
 		changeable[string(r[0])] = string(r[3])
 	}
-	if changeable["pool_size"] != "yes" || changeable["auth.method"] != "yes" || changeable["mode"] != "no" || changeable["admin_users"] != "no" {
+	if changeable["pool_size"] != "yes" || changeable["auth.method"] != "yes" || changeable["mode"] != "no" || changeable["admin_users"] != "yes" {
 		t.Errorf("SHOW CONFIG changeable: pool_size %q auth.method %q mode %q admin_users %q",
 			changeable["pool_size"], changeable["auth.method"], changeable["mode"], changeable["admin_users"])
 	}

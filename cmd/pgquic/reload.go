@@ -63,7 +63,7 @@ func (r *reloadable) certificate(*tls.ClientHelloInfo) (*tls.Certificate, error)
 var reloadKeys = []string{
 	"backend", "databases", "pool_size", "min_pool", "max_pools", "pool_idle_timeout",
 	"server_lifetime", "server_idle_timeout", "server_connect_timeout",
-	"auth", "tls_cert", "tls_key",
+	"auth", "tls_cert", "tls_key", "admin_users",
 	"query_wait_timeout", "idle_transaction_timeout", "client_idle_timeout", "query_timeout",
 	"shutdown_grace",
 }
@@ -80,7 +80,9 @@ var ErrReloadRejected = errors.New("configuration not reloaded")
 // the running server without dropping sessions: new server pools when the
 // routes or pool settings changed (transactions in progress finish on the
 // old ones, which then close), the authenticator (method, userlist), the
-// TCP front's certificate, the pooler's timeouts and the shutdown grace.
+// TCP front's certificate, the pooler's timeouts, the shutdown grace and
+// admin_users (the console reads it from the configuration in force, so
+// storing next is what applies it).
 // Everything is built before anything is swapped, so an error (an
 // unreadable userlist or certificate, a route the backend refuses) leaves
 // the old configuration in force. It returns the keys applied and those

@@ -117,6 +117,7 @@ func parseServeFlags(args []string, stdout, stderr io.Writer) (*config.Config, e
 		ticketKeys  = fs.String("tls-session-ticket-keys-file", "", "`file` of TLS session-ticket secrets shared by replicas, TCP and QUIC (one per line, >= 32 characters, the first encrypts; needs --tls-cert); default: per process")
 		resetKey    = fs.String("quic-stateless-reset-key-file", "", "`file` holding the QUIC stateless-reset secret (>= 32 bytes) shared by replicas behind one address; default: derived from the TLS key")
 		alpn        = fs.String("alpn", config.DefaultALPN, "QUIC application protocol `name`")
+		quicPerSrc  = fs.Int("quic-max-conns-per-source", 0, "QUIC connections one client source (IPv4 address, IPv6 /64) may hold; 0 means a quarter of quic_max_conns")
 		authMethod  = fs.String("auth-method", config.DefaultAuthMethod, "client authentication `method`: trust, scram-sha-256, md5 or password; trust must be given explicitly on a listen address other than loopback")
 		authFile    = fs.String("auth-file", "", "PgBouncer-format userlist `file` (\"user\" \"secret\" per line)")
 		adminUsers  = fs.String("admin-users", "", "comma-separated `users` allowed on the admin console (databases pgquic and pgbouncer: SHOW POOLS, PAUSE...), authenticated like any client")
@@ -188,6 +189,8 @@ func parseServeFlags(args []string, stdout, stderr io.Writer) (*config.Config, e
 			cfg.QUICStatelessResetKeyFile = *resetKey
 		case "alpn":
 			cfg.ALPN = *alpn
+		case "quic-max-conns-per-source":
+			cfg.QUICMaxConnsPerSource = *quicPerSrc
 		case "auth-method":
 			cfg.Auth.Method = *authMethod
 			cfg.Explicit.AuthMethod = true

@@ -172,12 +172,14 @@ func startServer(ctx context.Context, cfg *config.Config, logger *slog.Logger) (
 			}
 		}
 		s.quic, err = quicfront.NewServer(quicfront.ServerConfig{
-			Addr:              cfg.QUICListen,
-			TLSConfig:         qtls,
-			ALPN:              cfg.ALPN,
-			MaxConns:          cfg.QUICMaxConns,
-			MaxStreamsPerConn: cfg.QUICMaxStreams,
-			StatelessResetKey: resetKey,
+			Addr:               cfg.QUICListen,
+			TLSConfig:          qtls,
+			ALPN:               cfg.ALPN,
+			MaxConns:           cfg.QUICMaxConns,
+			MaxConnsPerSource:  cfg.QUICMaxConnsPerSource,
+			FirstStreamTimeout: cfg.StartupTimeout,
+			MaxStreamsPerConn:  cfg.QUICMaxStreams,
+			StatelessResetKey:  resetKey,
 		}, s.pooler, logger.With("component", "quic"), s.reg)
 		if err != nil {
 			return nil, err
@@ -238,7 +240,7 @@ func (s *server) routes(ctx context.Context) ([]backend.Route, error) {
 			return nil, fmt.Errorf("start throwaway PostgreSQL (pass --backend to use your own): %w", err)
 		}
 		s.cluster = c
-		s.logger.Info("throwaway PostgreSQL running; it is deleted at exit", "url", c.SuperURL("postgres"), "data_dir", c.DataDir)
+		s.logger.Info("throwaway PostgreSQL running; it is deleted at exit", "url", config.RedactConnString(c.SuperURL("postgres")), "data_dir", c.DataDir)
 	}
 	return s.routesFor(cfg), nil
 }

@@ -78,7 +78,9 @@ const (
 	// the server shuts down. Clients should re-dial, possibly to another server.
 	QUICServerShutdown QUICErrorCode = 2
 	// QUICTooManyConns refuses a QUIC connection beyond the server's
-	// connection bound. Clients should share fewer connections or retry later.
+	// connection bound, in all or for the client's source (its IPv4
+	// address or IPv6 /64). Clients should share fewer connections or
+	// retry later.
 	QUICTooManyConns QUICErrorCode = 3
 	// QUICStartupTimeout resets a stream whose startup packet did not arrive
 	// in time, so idle streams cannot pin credit.
@@ -91,6 +93,11 @@ const (
 	// server already runs its bound of sessions and is busy answering other
 	// streams beyond it. Clients should retry later or use fewer sessions.
 	QUICTooManyStreams QUICErrorCode = 6
+	// QUICNoStreamTimeout closes a connection that opened no stream within
+	// the server's startup timeout after its handshake, so connections
+	// kept alive without ever starting a session cannot hold the server's
+	// connection slots. Clients should open a stream soon after dialing.
+	QUICNoStreamTimeout QUICErrorCode = 7
 )
 
 // String names the code for logs.
@@ -110,6 +117,8 @@ func (c QUICErrorCode) String() string {
 		return "aborted"
 	case QUICTooManyStreams:
 		return "too_many_streams"
+	case QUICNoStreamTimeout:
+		return "no_stream_timeout"
 	default:
 		return fmt.Sprintf("error_code_%d", uint64(c))
 	}
