@@ -50,7 +50,7 @@ type sqlInfo struct {
 
 	params    []string // run-time parameters SET for the session (SET or set_config)
 	resets    []string // run-time parameters RESET
-	paramsAll bool     // RESET ALL, or set_config of a parameter the lexer cannot name
+	paramsAll bool     // RESET ALL, set_config of a parameter the lexer cannot name, or an opaque statement
 	resetAll  bool     // RESET ALL
 	copy      bool     // a COPY, which may leave the server waiting for the client's data
 	schema    bool     // CREATE, ALTER or DROP: statements prepared before may have changed shape
@@ -63,6 +63,11 @@ type sqlInfo struct {
 
 // inspectSQL reads what a Query's or Parse's text does to transactions and
 // identity. The common statement costs one allocation-free classification.
+// It is the one place that says what a text may change: the identity
+// (identity), run-time parameters (params, resets, paramsAll), unmovable
+// session state (pins.holds), anything at all (pins.opaque: DO, CALL and
+// calls of functions that are not known harmless built-ins), or nothing
+// anyone can be sure of (sqllex.Unsure flags, read as identity changes).
 func inspectSQL(sql []byte) sqlInfo {
 	if len(sql) == 0 {
 		return sqlInfo{}
@@ -72,6 +77,13 @@ func inspectSQL(sql []byte) sqlInfo {
 	info := sqlInfo{pins: readPins(text, sum), copy: sum&sqllex.Copy != 0, schema: sum&sqllex.SchemaChange != 0}
 	if sum == 0 {
 		info.pipe, info.fp = true, sqllex.Fingerprint(text)
+	}
+	if info.pins.opaque {
+		// DO, CALL or a function the lexer cannot vouch for may set any
+		// parameter for the session: read them back, and start the
+		// connection from its defaults for its next borrower (params.go).
+		// Whether the identity changed the probe asks the server (pin.go).
+		info.paramsAll = true
 	}
 	if sum&(identityChange|sqllex.Transaction|sessionParams|sqllex.DiscardAll) == 0 {
 		return info
