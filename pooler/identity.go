@@ -23,7 +23,12 @@ import (
 // session-level change may have happened is reset before anyone else
 // borrows it: the statements are found by a lexer (internal/sqllex), and a
 // ParameterStatus for session_authorization or is_superuser, which the
-// server reports however the change was made, marks it too.
+// server reports however the change was made, marks it too. What the lexer
+// cannot read counts as a change: a set_config whose name is not exactly a
+// constant, a write to pg_settings. What it cannot see into (DO, CALL,
+// functions that are not known harmless built-ins, FunctionCall messages)
+// is followed by the probe of pin.go, which compares the identity with the
+// login role and pins the client when they differ.
 
 // identityChange holds the sqllex flags of statements whose effect outlives
 // the transaction. SET LOCAL variants end with it and are not included.

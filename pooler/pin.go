@@ -27,15 +27,18 @@ import (
 // the server: after a statement that may hold state (it may have failed or
 // been rolled back), one that may drop state the client holds (DISCARD
 // ALL/TEMP, DROP, UNLISTEN, pg_advisory_unlock*, CLOSE, DEALLOCATE) or one
-// that may create state the text does not show (DO, CALL),
-// the pooler pipelines one quiet probe query behind the client's next
-// synchronisation point, at a moment no transaction block is open. The
-// probe reads the server's own catalogues (pg_my_temp_schema,
-// pg_listening_channels, pg_locks, pg_cursors, pg_prepared_statements);
-// the client stays pinned for exactly the kinds it still reports, and is
-// pinned for kinds a DO block or procedure created. The client never waits
-// for the probe: its reply has been sent before the probe's answer comes.
-// An identity pin lasts until the client disconnects.
+// that may change the session in ways the text does not show (DO, CALL, a
+// call of a function the lexer cannot vouch for), the pooler pipelines one
+// quiet probe query behind the client's next synchronisation point, at a
+// moment no transaction block is open. The probe reads the server's own
+// catalogues (pg_my_temp_schema, pg_listening_channels, pg_locks,
+// pg_cursors, pg_prepared_statements) and whether current_user or
+// session_user differs from the login role; the client stays pinned for
+// exactly the kinds it still reports, and is pinned for kinds, or an
+// identity, a DO block, procedure or function created. The client never
+// waits for the probe: its reply has been sent before the probe's answer
+// comes. An identity pin, and the pin of a FunctionCall message (whose
+// effects no probe can list), last until the client disconnects.
 
 // pinRole is the pin an identity change outside a transaction block sets
 // (see identity.go), or one the probe found after DO, CALL or a function;
