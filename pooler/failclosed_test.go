@@ -8,6 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgproto3"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/pgquic/pgquic/internal/pgtest"
 	"github.com/pgquic/pgquic/pooler"
@@ -39,6 +40,7 @@ func failClosedSetup(ctx context.Context, t *testing.T, c *pgtest.Cluster) {
 		" CREATE OR REPLACE FUNCTION public.failclosed_fn() RETURNS int LANGUAGE plpgsql AS" +
 		" $$BEGIN PERFORM pg_catalog.set_config('search_path', 'evil', false);" +
 		" PERFORM pg_catalog.set_config('role', '" + failClosedRole + "', false); RETURN 1; END$$;" +
+		" CREATE OR REPLACE FUNCTION public.failclosed_noop() RETURNS int LANGUAGE sql AS 'SELECT 1';" +
 		" CREATE OR REPLACE PROCEDURE public.failclosed_proc() LANGUAGE plpgsql AS" +
 		" $$BEGIN PERFORM pg_catalog.set_config('search_path', 'evil', false); END$$"
 	if err := c.Exec(ctx, setup); err != nil {
@@ -47,7 +49,8 @@ func failClosedSetup(ctx context.Context, t *testing.T, c *pgtest.Cluster) {
 	t.Cleanup(func() {
 		cctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		if err := c.Exec(cctx, "DROP FUNCTION IF EXISTS public.failclosed_fn(); DROP PROCEDURE IF EXISTS public.failclosed_proc();"+
+		if err := c.Exec(cctx, "DROP FUNCTION IF EXISTS public.failclosed_fn(); DROP FUNCTION IF EXISTS public.failclosed_noop();"+
+			" DROP PROCEDURE IF EXISTS public.failclosed_proc();"+
 			" DROP ROLE IF EXISTS "+failClosedRole); err != nil {
 			t.Errorf("cleanup: %v", err)
 		}
@@ -66,6 +69,12 @@ func TestFailClosedNextClient(t *testing.T) {
 			// Refused (0A000) or run: either way B must not see it.
 			_, err := a.Exec(ctx, q).ReadAll()
 			t.Logf("A: %s: %v", q, err)
+		}
+	}
+	extended := func(q string) func(context.Context, *testing.T, *pgconn.PgConn) {
+		return func(ctx context.Context, t *testing.T, a *pgconn.PgConn) {
+			err := a.ExecParams(ctx, q, nil, nil, nil, nil).Read().Err
+			t.Logf("A (extended): %s: %v", q, err)
 		}
 	}
 	fcall := func(args ...string) func(context.Context, *testing.T, *pgconn.PgConn) {
@@ -94,6 +103,8 @@ func TestFailClosedNextClient(t *testing.T) {
 		// Functions, DO and CALL the lexer cannot see into.
 		{"user function", sql("SELECT public.failclosed_fn()")},
 		{"unqualified user function", sql("SELECT 1 FROM pg_catalog.generate_series(1, 1) WHERE failclosed_fn() = 1")},
+		{"user function, extended protocol", extended("SELECT public.failclosed_fn()")},
+		{"set_config name expression, extended protocol", extended("SELECT pg_catalog.set_config('ro' || 'le', '" + failClosedRole + "', false)")}, // caught before too
 		{"DO", sql("DO $$BEGIN PERFORM pg_catalog.set_config('role', '" + failClosedRole + "', false); END$$")},
 		{"CALL", sql("CALL public.failclosed_proc()")},
 	} {
@@ -121,6 +132,44 @@ func TestFailClosedNextClient(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestOpaqueHarmlessNotPinned: a DO block or a user function that changes
+// nothing is probed, not pinned: with pool size 1 another client gets the
+// server connection while the first is still connected, and a role changed
+// inside a transaction block with SET LOCAL is gone by the probe.
+func TestOpaqueHarmlessNotPinned(t *testing.T) {
+	cluster := sharedCluster(t)
+	ctx := testCtx(t, time.Minute)
+	failClosedSetup(ctx, t, cluster)
+	reg := prometheus.NewRegistry()
+	h := newHarness(t, harnessOpts{cluster: cluster, poolSize: 1, minPool: 1, reg: reg})
+	a, err := pgconn.Connect(ctx, h.url())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close(context.Background())
+	b, err := pgconn.Connect(ctx, h.url())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close(context.Background())
+	for _, q := range []string{
+		"SELECT public.failclosed_noop()",
+		"DO $$BEGIN NULL; END$$",
+		"BEGIN; SET LOCAL ROLE " + failClosedRole + "; SELECT failclosed_noop(); COMMIT",
+	} {
+		if _, err := a.Exec(ctx, q).ReadAll(); err != nil {
+			t.Fatalf("A: %s: %v", q, err)
+		}
+		// B needs the only server connection: A must have let it go.
+		if got := simpleOne(ctx, t, b, "SELECT current_user || ' ' || current_setting('search_path')"); got != cluster.SuperUser+` "$user", public` {
+			t.Errorf("after %s, B sees %q", q, got)
+		}
+	}
+	if n := metricValue(t, reg, "pgquic_pooler_pins_total", ""); n != 0 {
+		t.Errorf("%v pins after statements that changed nothing", n)
 	}
 }
 
