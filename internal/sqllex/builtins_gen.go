@@ -122,7 +122,6 @@ var pgBuiltins = [...]string{
 	"binary_upgrade_create_empty_extension",
 	"binary_upgrade_set_missing_value",
 	"binary_upgrade_set_next_array_pg_type_oid",
-	"binary_upgrade_set_next_attribute_versions",
 	"binary_upgrade_set_next_heap_pg_class_oid",
 	"binary_upgrade_set_next_heap_relfilenode",
 	"binary_upgrade_set_next_index_pg_class_oid",

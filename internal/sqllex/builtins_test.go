@@ -56,11 +56,11 @@ func TestBuiltinsMatchPostgres(t *testing.T) {
 	if version != builtinsMajor {
 		t.Skipf("builtins_gen.go describes PostgreSQL %s; the server is %s", builtinsMajor, version)
 	}
-	if !slices.Equal(funcs, pgBuiltins[:]) {
-		t.Errorf("pg_proc's names differ from pgBuiltins: run go generate ./internal/sqllex/")
+	if d := listDiff(funcs, pgBuiltins[:]); d != "" {
+		t.Errorf("pg_proc's names differ from pgBuiltins (%s): run go generate ./internal/sqllex/", d)
 	}
-	if !slices.Equal(kws, pgKeywords[:]) {
-		t.Errorf("pg_get_keywords() differs from pgKeywords: run go generate ./internal/sqllex/")
+	if d := listDiff(kws, pgKeywords[:]); d != "" {
+		t.Errorf("pg_get_keywords() differs from pgKeywords (%s): run go generate ./internal/sqllex/", d)
 	}
 	for _, name := range funcs {
 		call := name
@@ -126,4 +126,24 @@ func writeBuiltins(t *testing.T, version string, funcs, kws []string) {
 	if err := os.WriteFile("builtins_gen.go", src, 0o644); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// listDiff names what server has that committed lacks and the reverse, or
+// returns "" when the lists are equal.
+func listDiff(server, committed []string) string {
+	if slices.Equal(server, committed) {
+		return ""
+	}
+	var missing, extra []string
+	for _, n := range server {
+		if !slices.Contains(committed, n) {
+			missing = append(missing, n)
+		}
+	}
+	for _, n := range committed {
+		if !slices.Contains(server, n) {
+			extra = append(extra, n)
+		}
+	}
+	return fmt.Sprintf("not committed: %q; not on the server: %q", missing, extra)
 }
