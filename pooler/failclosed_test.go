@@ -100,6 +100,9 @@ func TestFailClosedNextClient(t *testing.T) {
 		{"SELECT INTO pg_temp", sql("SELECT 1 AS x INTO pg_temp.leak")},
 		{"SELECT INTO TABLE quoted pg_temp", sql(`SELECT 1 AS x INTO TABLE "pg_temp".leak`)},
 		{"CREATE TABLE pg_temp AS", sql("CREATE TABLE pg_temp.leak AS SELECT 1 AS x")}, // caught before too
+		// Unqualified names land in pg_temp when search_path lists it first.
+		{"CREATE TABLE under search_path pg_temp", sql("SET search_path = pg_temp, public; CREATE TABLE leak (a int)")},
+		{"SELECT INTO under search_path pg_temp", sql("SET search_path = pg_temp; SELECT 1 AS x INTO leak")},
 		// Functions, DO and CALL the lexer cannot see into.
 		{"user function", sql("SELECT public.failclosed_fn()")},
 		{"unqualified user function", sql("SELECT 1 FROM pg_catalog.generate_series(1, 1) WHERE failclosed_fn() = 1")},

@@ -71,8 +71,10 @@ type sqlInfo struct {
 // It is the one place that says what a text may change: the identity
 // (identity), run-time parameters (params, resets, paramsAll), unmovable
 // session state (pins.holds), anything at all (pins.opaque: DO, CALL and
-// calls of functions that are not known harmless built-ins), or nothing
-// anyone can be sure of (sqllex.Unsure flags, read as identity changes).
+// calls of functions that are not known harmless built-ins; also DDL and
+// SELECT INTO, which create temporary objects when search_path lists
+// pg_temp first), or nothing anyone can be sure of (sqllex.Unsure flags,
+// read as identity changes).
 func inspectSQL(sql []byte) sqlInfo {
 	if len(sql) == 0 {
 		return sqlInfo{}
@@ -83,7 +85,7 @@ func inspectSQL(sql []byte) sqlInfo {
 	if sum == 0 {
 		info.pipe, info.fp = true, sqllex.Fingerprint(text)
 	}
-	if info.pins.opaque {
+	if sum.Opaque() {
 		// DO, CALL or a function the lexer cannot vouch for may set any
 		// parameter for the session: read them back, and start the
 		// connection from its defaults for its next borrower (params.go).

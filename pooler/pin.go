@@ -79,7 +79,7 @@ type pinState struct {
 type pinInfo struct {
 	holds    sqllex.Held // state it may create
 	releases sqllex.Held // state it may drop
-	opaque   bool        // DO, CALL or an opaque function call: may change anything, unseen
+	opaque   bool        // DO, CALL, an opaque function call or DDL: may create state the text does not show
 	outside  bool        // a holding statement comes where the text has not opened a block
 	kind     string      // the first holding statement, for logs and errors
 }
@@ -87,7 +87,10 @@ type pinInfo struct {
 // readPins reads what sql, whose statements' union of flags is sum, does
 // to session state. Text that holds nothing costs nothing more.
 func readPins(sql string, sum sqllex.Flags) pinInfo {
-	in := pinInfo{holds: sum.Holds(), releases: sum.Releases(), opaque: sum.Opaque()}
+	// CREATE and SELECT INTO of an unqualified name create a temporary
+	// object when the session's search_path lists pg_temp first, which the
+	// text does not show: the probe asks the server, as after DO.
+	in := pinInfo{holds: sum.Holds(), releases: sum.Releases(), opaque: sum.Opaque() || sum&sqllex.SchemaChange != 0}
 	if in.holds == 0 {
 		return in
 	}

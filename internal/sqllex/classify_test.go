@@ -404,11 +404,15 @@ func TestSchemaChange(t *testing.T) {
 		"DROP TABLE IF EXISTS t":          true,
 		"SELECT 1; drop view v":           true,
 		"CREATE OR REPLACE FUNCTION f() RETURNS int LANGUAGE sql AS 'SELECT 1'": true,
-		"SELECT 'create table t'":    false,
-		"SELECT 1 -- drop table t":   false,
-		`SELECT "alter" FROM t`:      false,
-		"INSERT INTO t VALUES (1)":   false,
-		"SELECT $$ ALTER TABLE t $$": false,
+		"SELECT 'create table t'":                               false,
+		"SELECT 1 -- drop table t":                              false,
+		`SELECT "alter" FROM t`:                                 false,
+		"INSERT INTO t VALUES (1)":                              false,
+		"SELECT $$ ALTER TABLE t $$":                            false,
+		"SELECT 1 AS a INTO t":                                  true,
+		"SELECT * INTO TABLE t FROM s":                          true,
+		"INSERT INTO t SELECT 1":                                false,
+		"MERGE INTO t USING s ON true WHEN MATCHED THEN DELETE": false,
 	} {
 		if got := Classify(sql).Flags&SchemaChange != 0; got != want {
 			t.Errorf("Classify(%q) SchemaChange = %v, want %v", sql, got, want)

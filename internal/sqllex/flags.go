@@ -155,9 +155,12 @@ const (
 	AdvisoryUnlock
 	// Drop marks DROP …, which may drop a temporary object.
 	Drop
-	// SchemaChange marks CREATE, ALTER and DROP: after them a statement
-	// prepared earlier on the connection may no longer describe what the
-	// same text returns now.
+	// SchemaChange marks CREATE, ALTER and DROP, and SELECT … INTO (a
+	// CREATE TABLE … AS): after them a statement prepared earlier on the
+	// connection may no longer describe what the same text returns now. A
+	// CREATE or SELECT INTO of an unqualified name creates a temporary
+	// object when search_path lists pg_temp first, which only the server
+	// can tell.
 	SchemaChange
 	// OtherBackend marks a call of a function that acts on another server
 	// process or on the whole server (pg_terminate_backend,

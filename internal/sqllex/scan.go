@@ -162,6 +162,10 @@ func (ss *stmtScan) token(t token, l lexer) Flags {
 		case k == kwInto:
 			ss.into = !afterInsert
 			ss.target = afterInsert
+			if !afterInsert {
+				// SELECT … INTO name is CREATE TABLE … AS in disguise.
+				f = SchemaChange
+			}
 		case into && (k == kwLocal || k == kwTable):
 			ss.into = true
 		case into && k == kwTemp:
