@@ -37,13 +37,14 @@ const (
 	// SetConfig marks a call of set_config(…) anywhere in a statement, or a
 	// write to pg_settings; the flags above (or SetParam) say what it sets
 	// when that can be read. An is_local argument that is not exactly one
-	// constant (perhaps cast) is read as false: the change lasts for the
-	// session.
+	// constant (perhaps cast to bool, boolean or text) is read as false:
+	// the change lasts for the session.
 	SetConfig
 	// UnsureIdentity marks a set_config call whose parameter name is not
-	// exactly one string constant (perhaps cast), or a write to pg_settings
-	// (UPDATE, INSERT, DELETE or MERGE of [pg_catalog.]pg_settings, which
-	// calls set_config for the row's name): it may change the role.
+	// exactly one string constant (perhaps cast to text or varchar), or a
+	// write to pg_settings (UPDATE, INSERT, DELETE or MERGE of
+	// [pg_catalog.]pg_settings, which calls set_config for the row's
+	// name): it may change the role.
 	UnsureIdentity
 )
 

@@ -274,63 +274,54 @@ func (ss *stmtScan) call(t token, l lexer) Flags {
 // arg is one argument of a set_config call.
 type arg struct {
 	tok     token // the first token of its value
-	literal bool  // the value is exactly that one token, perhaps cast (see castState)
+	literal bool  // the value is exactly that one token, perhaps cast to a harmless type (see castState)
 	present bool
 }
 
 // castState follows the tokens of a set_config argument after its first:
-// only casts may follow a constant for it to count as one, that is
-// "::" type, where type is a name (perhaps qualified) with an optional
-// modifier list of numbers and optional []. Anything else (an operator, a
+// only casts may follow a constant for it to count as one, that is "::"
+// type, where type is text, varchar, bool or boolean, perhaps qualified
+// by pg_catalog, without a modifier or []. Anything else (an operator, a
 // keyword such as AND or COLLATE, a second constant, a call) makes the
-// value unknown.
+// value unknown; so does a cast to any other type, which may change the
+// value ('roleX'::varchar(4) is 'role') or run a user-defined cast.
 type castState uint8
 
 const (
-	castDone  castState = iota // after the constant or a complete type
+	castDone  castState = iota // after the constant or a complete cast
 	castColon                  // after "::": a type name must follow
-	castName                   // after a type name
-	castDot                    // after "." in a type name
-	castMod                    // inside the type modifier's parentheses
-	castArray                  // after "[": "]" must follow
+	castQual                   // after pg_catalog: "." must follow
+	castDot                    // after "pg_catalog.": a type name must follow
 	castBad                    // not a constant
 )
 
 // next moves the state over token t.
 func (c castState) next(src string, t token) castState {
-	op := ""
-	if t.kind == tOp {
-		op = src[t.start:t.end]
-	}
 	switch c {
-	case castDone, castName:
-		switch {
-		case op == "::":
+	case castDone:
+		if t.kind == tOp && src[t.start:t.end] == "::" {
 			return castColon
-		case c == castName && op == ".":
-			return castDot
-		case c == castName && t.kind == tLParen:
-			return castMod
-		case c == castName && op == "[":
-			return castArray
 		}
 	case castColon, castDot:
-		if isWord(t) {
-			return castName
+		var buf [nameMax + 8]byte
+		if !isWord(t) || t.end-t.start > nameMax+2 {
+			break
 		}
-	case castMod:
-		switch {
-		case t.kind == tNumber || t.kind == tComma:
-			return castMod
-		case t.kind == tRParen:
-			return castName
+		name, ok := appendIdent(buf[:0], src, t)
+		if !ok {
+			break
 		}
-	case castArray:
-		switch {
-		case t.kind == tNumber:
-			return castArray
-		case op == "]":
-			return castName
+		switch string(name) {
+		case "text", "varchar", "bool", "boolean":
+			return castDone
+		case "pg_catalog":
+			if c == castColon {
+				return castQual
+			}
+		}
+	case castQual:
+		if t.kind == tOp && src[t.start:t.end] == "." {
+			return castDot
 		}
 	}
 	return castBad
@@ -339,9 +330,10 @@ func (c castState) next(src string, t token) castState {
 // setConfig classifies set_config(setting_name, new_value, is_local) whose
 // arguments start at l (just past the parenthesis), positional or named.
 // The name counts only when it is exactly one string constant, perhaps
-// cast; is_local only when it is one boolean or string constant, perhaps
-// cast: otherwise the name is unknown (UnsureIdentity) and the change is
-// taken to last for the session.
+// cast to text or varchar; is_local only when it is one boolean or string
+// constant, perhaps cast to bool, boolean or text: otherwise the name is
+// unknown (UnsureIdentity) and the change is taken to last for the
+// session.
 func (ss *stmtScan) setConfig(l lexer) Flags {
 	const unsure = SetConfig | UnsureIdentity | SetParam
 	var args [3]arg
@@ -394,7 +386,7 @@ func (ss *stmtScan) setConfig(l lexer) Flags {
 		}
 	done:
 		if slot >= 0 && slot < len(args) {
-			args[slot] = arg{tok: first, literal: cast == castDone || cast == castName, present: n > 0}
+			args[slot] = arg{tok: first, literal: cast == castDone, present: n > 0}
 		}
 		if t.kind == tRParen {
 			break
