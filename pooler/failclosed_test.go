@@ -176,6 +176,52 @@ func TestOpaqueHarmlessNotPinned(t *testing.T) {
 	}
 }
 
+// TestOpaquePinReasons: a FunctionCall pins its client with reason
+// "opaque" at once; a DO block that changes the role pins with reason
+// "role" once the probe after it has read the identity; and the pinned
+// client keeps the role it chose, on its own server connection.
+func TestOpaquePinReasons(t *testing.T) {
+	cluster := sharedCluster(t)
+	ctx := testCtx(t, time.Minute)
+	failClosedSetup(ctx, t, cluster)
+	reg := prometheus.NewRegistry()
+	h := newHarness(t, harnessOpts{cluster: cluster, poolSize: 2, reg: reg})
+	waitPin := func(reason string) {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for metricValue(t, reg, "pgquic_pooler_pins_total", reason) != 1 {
+			if time.Now().After(deadline) {
+				t.Fatalf("pins_total{reason=%q} = %v, want 1", reason, metricValue(t, reg, "pgquic_pooler_pins_total", reason))
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	f, err := pgconn.Connect(ctx, h.url())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := functionCall(ctx, t, f, "pg_catalog.now()"); err != nil {
+		t.Fatal(err)
+	}
+	waitPin("opaque")
+
+	d, err := pgconn.Connect(ctx, h.url())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close(context.Background())
+	pid := simpleOne(ctx, t, d, "SELECT pg_backend_pid()::text")
+	if _, err := d.Exec(ctx, "DO $$BEGIN PERFORM pg_catalog.set_config('role', '"+failClosedRole+"', false); END$$").ReadAll(); err != nil {
+		t.Fatal(err)
+	}
+	waitPin("role")
+	for range 3 {
+		if got := simpleOne(ctx, t, d, "SELECT current_user || ' ' || pg_backend_pid()"); got != failClosedRole+" "+pid {
+			t.Errorf("the client pinned by its DO block runs as %q, want %s on %s", got, failClosedRole, pid)
+		}
+	}
+}
+
 // functionCall sends one FunctionCall message for the function fn (a
 // regprocedure) with text arguments on pc, which it takes over and closes,
 // and returns the server's error, if any.
