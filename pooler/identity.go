@@ -23,7 +23,12 @@ import (
 // session-level change may have happened is reset before anyone else
 // borrows it: the statements are found by a lexer (internal/sqllex), and a
 // ParameterStatus for session_authorization or is_superuser, which the
-// server reports however the change was made, marks it too.
+// server reports however the change was made, marks it too. What the lexer
+// cannot read counts as a change: a set_config whose name is not exactly a
+// constant, a write to pg_settings. What it cannot see into (DO, CALL,
+// functions that are not known harmless built-ins, FunctionCall messages)
+// is followed by the probe of pin.go, which compares the identity with the
+// login role and pins the client when they differ.
 
 // identityChange holds the sqllex flags of statements whose effect outlives
 // the transaction. SET LOCAL variants end with it and are not included.
@@ -50,7 +55,7 @@ type sqlInfo struct {
 
 	params    []string // run-time parameters SET for the session (SET or set_config)
 	resets    []string // run-time parameters RESET
-	paramsAll bool     // RESET ALL, or set_config of a parameter the lexer cannot name
+	paramsAll bool     // RESET ALL, set_config of a parameter the lexer cannot name, or an opaque statement
 	resetAll  bool     // RESET ALL
 	copy      bool     // a COPY, which may leave the server waiting for the client's data
 	schema    bool     // CREATE, ALTER or DROP: statements prepared before may have changed shape
@@ -63,6 +68,13 @@ type sqlInfo struct {
 
 // inspectSQL reads what a Query's or Parse's text does to transactions and
 // identity. The common statement costs one allocation-free classification.
+// It is the one place that says what a text may change: the identity
+// (identity), run-time parameters (params, resets, paramsAll), unmovable
+// session state (pins.holds), anything at all (pins.opaque: DO, CALL and
+// calls of functions that are not known harmless built-ins; also DDL and
+// SELECT INTO, which create temporary objects when search_path lists
+// pg_temp first), or nothing anyone can be sure of (sqllex.Unsure flags,
+// read as identity changes).
 func inspectSQL(sql []byte) sqlInfo {
 	if len(sql) == 0 {
 		return sqlInfo{}
@@ -72,6 +84,13 @@ func inspectSQL(sql []byte) sqlInfo {
 	info := sqlInfo{pins: readPins(text, sum), copy: sum&sqllex.Copy != 0, schema: sum&sqllex.SchemaChange != 0}
 	if sum == 0 {
 		info.pipe, info.fp = true, sqllex.Fingerprint(text)
+	}
+	if sum.Opaque() {
+		// DO, CALL or a function the lexer cannot vouch for may set any
+		// parameter for the session: read them back, and start the
+		// connection from its defaults for its next borrower (params.go).
+		// Whether the identity changed the probe asks the server (pin.go).
+		info.paramsAll = true
 	}
 	if sum&(identityChange|sqllex.Transaction|sessionParams|sqllex.DiscardAll) == 0 {
 		return info

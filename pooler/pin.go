@@ -1,6 +1,7 @@
 package pooler
 
 import (
+	"context"
 	"encoding/binary"
 	"fmt"
 	"strings"
@@ -26,23 +27,35 @@ import (
 // the server: after a statement that may hold state (it may have failed or
 // been rolled back), one that may drop state the client holds (DISCARD
 // ALL/TEMP, DROP, UNLISTEN, pg_advisory_unlock*, CLOSE, DEALLOCATE) or one
-// that may create state the text does not show (DO, CALL),
-// the pooler pipelines one quiet probe query behind the client's next
-// synchronisation point, at a moment no transaction block is open. The
-// probe reads the server's own catalogues (pg_my_temp_schema,
-// pg_listening_channels, pg_locks, pg_cursors, pg_prepared_statements);
-// the client stays pinned for exactly the kinds it still reports, and is
-// pinned for kinds a DO block or procedure created. The client never waits
-// for the probe: its reply has been sent before the probe's answer comes.
-// An identity pin lasts until the client disconnects.
+// that may change the session in ways the text does not show (DO, CALL, a
+// call of a function the lexer cannot vouch for), the pooler pipelines one
+// quiet probe query behind the client's next synchronisation point, at a
+// moment no transaction block is open. The probe reads the server's own
+// catalogues (pg_my_temp_schema, pg_listening_channels, pg_locks,
+// pg_cursors, pg_prepared_statements) and whether current_user or
+// session_user differs from the login role; the client stays pinned for
+// exactly the kinds it still reports, and is pinned for kinds, or an
+// identity, a DO block, procedure or function created. The client never
+// waits for the probe: its reply has been sent before the probe's answer
+// comes. An identity pin, and the pin of a FunctionCall message (whose
+// effects no probe can list), last until the client disconnects.
 
 // pinRole is the pin an identity change outside a transaction block sets
-// (see identity.go); the other bits are sqllex.Held kinds.
-const pinRole sqllex.Held = 1 << 7
+// (see identity.go), or one the probe found after DO, CALL or a function;
+// pinOpaque is the pin a FunctionCall message sets: the function it calls
+// (set_config, say) may have changed anything. Neither is lifted before
+// the client leaves. The other bits are sqllex.Held kinds.
+const (
+	pinOpaque sqllex.Held = 1 << 6
+	pinRole   sqllex.Held = 1 << 7
+)
 
 // pinNames returns the reasons in h, for the metric label and log lines.
 func pinNames(h sqllex.Held) []string {
 	names := h.Names()
+	if h&pinOpaque != 0 {
+		names = append(names, "opaque")
+	}
 	if h&pinRole != 0 {
 		names = append(names, "role")
 	}
@@ -57,15 +70,16 @@ type pinState struct {
 	gen   uint64      // bumped whenever a statement may have created state
 	probe bool        // ask the server at the next safe point what it holds
 
-	found   sqllex.Held // the probe's answer, being read
-	foundOK bool        // the probe returned its row
+	found     sqllex.Held // the probe's answer, being read
+	foundRole bool        // the probe found the identity changed
+	foundOK   bool        // the probe returned its row
 }
 
 // pinInfo is what a statement text may do to unmovable session state.
 type pinInfo struct {
 	holds    sqllex.Held // state it may create
 	releases sqllex.Held // state it may drop
-	opaque   bool        // DO or CALL: may create state the text does not show
+	opaque   bool        // DO, CALL, an opaque function call or DDL: may create state the text does not show
 	outside  bool        // a holding statement comes where the text has not opened a block
 	kind     string      // the first holding statement, for logs and errors
 }
@@ -73,7 +87,10 @@ type pinInfo struct {
 // readPins reads what sql, whose statements' union of flags is sum, does
 // to session state. Text that holds nothing costs nothing more.
 func readPins(sql string, sum sqllex.Flags) pinInfo {
-	in := pinInfo{holds: sum.Holds(), releases: sum.Releases(), opaque: sum.Opaque()}
+	// CREATE and SELECT INTO of an unqualified name create a temporary
+	// object when the session's search_path lists pg_temp first, which the
+	// text does not show: the probe asks the server, as after DO.
+	in := pinInfo{holds: sum.Holds(), releases: sum.Releases(), opaque: sum.Opaque() || sum&sqllex.SchemaChange != 0}
 	if in.holds == 0 {
 		return in
 	}
@@ -120,6 +137,42 @@ func (s *session) checkState(info sqlInfo) error {
 	}
 }
 
+// handleFunctionCall forwards a FunctionCall message. The function is
+// named by OID and the pooler does not look it up: it may be set_config,
+// or anything else that changes the session, and no probe can tell what
+// changed. In transaction mode the client is therefore pinned to its
+// server connection (reason "opaque") until it leaves, when the connection
+// is reset; with SessionStateError the message is refused outside a
+// transaction block instead. A FunctionCall never shares a server
+// connection with other clients' requests (pipeline.go does not take it).
+func (s *session) handleFunctionCall(ctx context.Context) error {
+	if s.p.cfg.Mode != ModeTransaction {
+		return s.forward(ctx, eFunc)
+	}
+	s.mu.Lock()
+	ok := s.pin.held != 0 || (s.att != nil && !s.att.released && s.att.inBlock())
+	s.mu.Unlock()
+	if !ok && s.p.cfg.SessionState == SessionStateError {
+		return s.raise(&PGError{
+			Severity: "ERROR",
+			Code:     pgproto.CodeFeatureNotSupported,
+			Message:  "FunctionCall messages are not supported outside a transaction block in transaction pooling mode (the pooler's session_state setting is \"error\")",
+			Hint:     "Call the function with a query instead, connect in session mode, or set session_state to \"pin\".",
+		}, true)
+	}
+	s.mu.Lock()
+	a, err := s.attachLocked(ctx)
+	if err != nil {
+		s.mu.Unlock()
+		return s.raise(err, true)
+	}
+	s.pinLocked(a, pinOpaque, "FunctionCall")
+	s.push(a, entry{kind: eFunc})
+	err = s.writeServer(a, nil)
+	s.mu.Unlock()
+	return err
+}
+
 // noteState records, once a's server is about to run a statement, the
 // state it may create or drop. s.mu must be held.
 func (s *session) noteState(a *attachment, in pinInfo) {
@@ -162,11 +215,11 @@ func (s *session) pinLocked(a *attachment, h sqllex.Held, kind string) {
 		"reason", strings.Join(names, ","), "server_pid", a.conn.PID)
 }
 
-// unpinLocked drops the reasons in h (never the identity pin); the client
-// is free to use any server connection once none is left. s.mu must be
-// held.
+// unpinLocked drops the reasons in h (never the identity or FunctionCall
+// pin); the client is free to use any server connection once none is left.
+// s.mu must be held.
 func (s *session) unpinLocked(a *attachment, h sqllex.Held) {
-	h &= s.pin.held &^ pinRole
+	h &= s.pin.held &^ (pinRole | pinOpaque)
 	if h == 0 {
 		return
 	}
@@ -191,7 +244,8 @@ func (s *session) endPins() {
 }
 
 // probeSQL asks the server which unmovable state the session holds, one
-// boolean per sqllex.Held kind in bit order. Operators are qualified, so a
+// boolean per sqllex.Held kind in bit order; appendProbe adds whether the
+// identity moved away from the login role. Operators are qualified, so a
 // client's objects cannot stand in for them.
 const probeSQL = "SELECT" +
 	" EXISTS (SELECT 1 FROM pg_catalog.pg_class WHERE relnamespace OPERATOR(pg_catalog.=) pg_catalog.pg_my_temp_schema())" +
@@ -202,6 +256,24 @@ const probeSQL = "SELECT" +
 	" AND pid OPERATOR(pg_catalog.=) pg_catalog.pg_backend_pid()), " +
 	" EXISTS (SELECT 1 FROM pg_catalog.pg_cursors WHERE is_holdable), " +
 	" EXISTS (SELECT 1 FROM pg_catalog.pg_prepared_statements WHERE from_sql)"
+
+// probeColumns is the number of columns of the probe's row.
+const probeColumns = 6
+
+// appendProbe appends the probe's Query frame for a connection that logged
+// in as login ("" when unknown). Its last column is true when current_user
+// or session_user differs from the login role: DO, CALL, a function or a
+// FunctionCall message may have run SET ROLE or SET SESSION AUTHORIZATION,
+// which the server reports (through is_superuser) only when superuser
+// status changes. CURRENT_USER and SESSION_USER are keywords, which no
+// client's object can stand in for.
+func appendProbe(b []byte, login string) []byte {
+	id := "NOT (current_user OPERATOR(pg_catalog.=) session_user"
+	if login != "" {
+		id += " AND session_user OPERATOR(pg_catalog.=) " + quoteLiteral(login) + "::pg_catalog.name"
+	}
+	return appendQuery(b, probeSQL+", "+id+")")
+}
 
 // probeLocked returns the probe's Query frame, and queues its quiet reply,
 // when one is wanted, no transaction block will be open on a's server
@@ -217,7 +289,7 @@ func (s *session) probeLocked(a *attachment, ends bool) []byte {
 	}
 	s.pin.probe = false
 	s.push(a, entry{kind: eQuery, quiet: true, probe: true, gen: s.pin.gen})
-	return appendQuery(nil, probeSQL)
+	return appendProbe(nil, a.conn.ServerDefaults["session_authorization"])
 }
 
 // writeServerProbing stages frame, a request with the statements info,
@@ -253,6 +325,7 @@ func (s *session) probeRowLocked(body []byte) {
 	n := int(binary.BigEndian.Uint16(body))
 	body = body[2:]
 	var found sqllex.Held
+	role := false
 	for i := range n {
 		if len(body) < 4 {
 			return
@@ -263,11 +336,16 @@ func (s *session) probeRowLocked(body []byte) {
 			return
 		}
 		if l != 1 || body[0] != 'f' {
-			found |= 1 << i // true, or anything unexpected: err towards pinning
+			// True, or anything unexpected: err towards pinning.
+			if i == probeColumns-1 {
+				role = true
+			} else {
+				found |= 1 << i
+			}
 		}
 		body = body[l:]
 	}
-	s.pin.found, s.pin.foundOK = found&sqllex.HeldAll, n == 5
+	s.pin.found, s.pin.foundRole, s.pin.foundOK = found&sqllex.HeldAll, role, n == probeColumns
 }
 
 // probeDoneLocked applies the probe's answer at its ReadyForQuery: the
@@ -276,13 +354,21 @@ func (s *session) probeRowLocked(body []byte) {
 // it is asked again at the next safe point; if it failed the client stays
 // pinned. s.mu must be held.
 func (s *session) probeDoneLocked(a *attachment, e *entry) {
-	found, ok := s.pin.found, s.pin.foundOK
-	s.pin.found, s.pin.foundOK = 0, false
+	found, role, ok := s.pin.found, s.pin.foundRole, s.pin.foundOK
+	s.pin.found, s.pin.foundRole, s.pin.foundOK = 0, false, false
 	switch {
 	case a.status != 'I':
 		s.pin.probe = true
 	case !ok:
+		// No answer: the identity may have changed unseen, so the
+		// connection must be reset before anyone else borrows it.
+		s.pinLocked(a, pinRole, "DO, CALL or a function (the probe failed)")
 	default:
+		if role {
+			// The client keeps the identity it chose, on this
+			// connection, which is reset when the client leaves.
+			s.pinLocked(a, pinRole, "an identity change by DO, CALL or a function")
+		}
 		s.pinLocked(a, found, "DO, CALL or a function")
 		if e.gen == s.pin.gen {
 			// Nothing that may create state ran since the probe was sent.
@@ -292,11 +378,11 @@ func (s *session) probeDoneLocked(a *attachment, e *entry) {
 }
 
 // appendStateReset appends, for a client leaving while pinned by session
-// state, a DISCARD ALL to the teardown queries q unless resetQuery is one
+// state or a FunctionCall, a DISCARD ALL to the teardown queries q unless resetQuery is one
 // already, so the state never reaches the next borrower whatever reset
 // query is configured. s.mu must be held.
 func (s *session) appendStateReset(a *attachment, q []byte, resetQuery string) []byte {
-	if s.pin.held&sqllex.HeldAll == 0 || strings.EqualFold(strings.TrimSpace(resetQuery), "DISCARD ALL") {
+	if s.pin.held&(sqllex.HeldAll|pinOpaque) == 0 || strings.EqualFold(strings.TrimSpace(resetQuery), "DISCARD ALL") {
 		return q
 	}
 	s.push(a, entry{kind: eQuery, quiet: true, reset: true})

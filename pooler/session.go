@@ -340,7 +340,7 @@ func (s *session) handle(ctx context.Context, typ byte) error {
 	case 'E':
 		return s.forward(ctx, eExecute)
 	case 'F':
-		return s.forward(ctx, eFunc)
+		return s.handleFunctionCall(ctx)
 	case 'S':
 		return s.handleSync(ctx)
 	case 'H', 'd', 'c', 'f':

@@ -15,6 +15,10 @@ var hotQueries = []string{
 	"SELECT set_config('role', 'bob', false)",
 	`SELECT "Quoted" FROM "Table" -- comment` + "\n",
 	"SELECT 1; SELECT 2; COMMIT",
+	"SELECT now(), lower(name), coalesce(a, 1), app.f($1), \"MyFunc\"(2) FROM t JOIN u ON my_match(t.a, u.b)",
+	"SELECT pg_catalog.set_config('search_path'::text, 'x', true::boolean AND false)",
+	"UPDATE pg_catalog.pg_settings SET setting = 'x' WHERE name = 'search_path'",
+	"SELECT 1 INTO pg_temp.t",
 }
 
 func TestClassifyAllocs(t *testing.T) {

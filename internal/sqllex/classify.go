@@ -396,7 +396,7 @@ func (c *classifier) create() {
 		if t.kind == tEOF || t.kind == tLParen {
 			return
 		}
-		if c.isPgTemp(t) && c.isOp(c.peek(), ".") {
+		if isPgTemp(c.src, t) && c.isOp(c.peek(), ".") {
 			c.st.Flags |= CreateTemp
 			return
 		}
@@ -406,12 +406,12 @@ func (c *classifier) create() {
 
 // isPgTemp reports whether t names the session's temporary schema: pg_temp
 // or pg_temp_N.
-func (c *classifier) isPgTemp(t token) bool {
+func isPgTemp(src string, t token) bool {
 	var buf [2*nameMax + 2]byte
 	if !isWord(t) || t.end-t.start > 2*nameMax {
 		return false
 	}
-	name, _ := appendIdent(buf[:0], c.src, t)
+	name, _ := appendIdent(buf[:0], src, t)
 	if len(name) < 7 || string(name[:7]) != "pg_temp" {
 		return false
 	}

@@ -34,11 +34,17 @@ const (
 	SetSessionAuthLocal
 	// ResetSessionAuth marks RESET SESSION AUTHORIZATION.
 	ResetSessionAuth
-	// SetConfig marks a call of set_config(…) anywhere in a statement; the
-	// flags above (or SetParam) say what it sets when that can be read.
+	// SetConfig marks a call of set_config(…) anywhere in a statement, or a
+	// write to pg_settings; the flags above (or SetParam) say what it sets
+	// when that can be read. An is_local argument that is not exactly one
+	// constant (perhaps cast to bool, boolean or text) is read as false:
+	// the change lasts for the session.
 	SetConfig
-	// UnsureIdentity marks a set_config call whose parameter name is not a
-	// string literal (or cannot be read), so it may change the role.
+	// UnsureIdentity marks a set_config call whose parameter name is not
+	// exactly one string constant (perhaps cast to text or varchar), or a
+	// write to pg_settings (UPDATE, INSERT, DELETE or MERGE of
+	// [pg_catalog.]pg_settings, which calls set_config for the row's
+	// name): it may change the role.
 	UnsureIdentity
 )
 
@@ -128,7 +134,8 @@ const (
 	// its transaction (DeclareCursor is set too).
 	DeclareHold
 	// CreateTemp marks CREATE [GLOBAL|LOCAL] TEMP|TEMPORARY …, CREATE of an
-	// object qualified by pg_temp, and SELECT … INTO TEMP.
+	// object qualified by pg_temp, and SELECT … INTO [TABLE] TEMP … or
+	// INTO [TABLE] pg_temp.name.
 	CreateTemp
 	// DoBlock marks DO: procedural code that may do anything, SET ROLE
 	// included.
@@ -149,10 +156,28 @@ const (
 	AdvisoryUnlock
 	// Drop marks DROP …, which may drop a temporary object.
 	Drop
-	// SchemaChange marks CREATE, ALTER and DROP: after them a statement
-	// prepared earlier on the connection may no longer describe what the
-	// same text returns now.
+	// SchemaChange marks CREATE, ALTER and DROP, and SELECT … INTO (a
+	// CREATE TABLE … AS): after them a statement prepared earlier on the
+	// connection may no longer describe what the same text returns now. A
+	// CREATE or SELECT INTO of an unqualified name creates a temporary
+	// object when search_path lists pg_temp first, which only the server
+	// can tell.
 	SchemaChange
+	// OtherBackend marks a call of a function that acts on another server
+	// process or on the whole server (pg_terminate_backend,
+	// pg_cancel_backend, pg_reload_conf, pg_rotate_logfile and the like;
+	// see otherBackendFuncs). It changes nothing in the session, but a
+	// request that may end its own server process must never share that
+	// process with other clients' requests.
+	OtherBackend
+	// OpaqueCall marks a call of a function the lexer cannot prove harmless
+	// to the session: one that is not a PostgreSQL built-in (user-defined,
+	// from an extension, or qualified by a schema other than pg_catalog),
+	// or a built-in that changes session state in ways no other flag names
+	// (setseed, replication-origin and backup sessions, temporary
+	// replication slots; see builtins.go). Like DO and CALL it may do
+	// anything, SET ROLE included (Flags.Opaque).
+	OpaqueCall
 )
 
 // Uncertainty. When either is set a caller should take its safe path.
@@ -192,6 +217,7 @@ var flagNames = [64]string{
 	"DiscardSequences", "DiscardTemp",
 	36: "Copy", "Listen", "Unlisten", "Notify", "DeclareCursor", "DeclareHold", "CreateTemp",
 	"DoBlock", "Call", "Load", "AdvisoryLock", "CloseCursor", "AdvisoryUnlock", "Drop", "SchemaChange",
+	"OtherBackend", "OpaqueCall",
 	56: "Incomplete", "Ambiguous",
 }
 

@@ -57,6 +57,56 @@ func TestAgainstPostgres(t *testing.T) {
 	t.Run("IncompleteIsRejected", func(t *testing.T) { incompleteIsRejected(t, c) })
 	t.Run("Names", func(t *testing.T) { namesLikePostgres(t, c) })
 	t.Run("Identity", func(t *testing.T) { identityLikePostgres(t, c) })
+	t.Run("SetConfig", func(t *testing.T) { setConfigLikePostgres(t, c) })
+}
+
+// setConfigLikePostgres runs set_config calls whose arguments are spelled
+// in many ways and checks the lexer's reading against the server's: a call
+// read as transaction-local leaves search_path as it was once its implicit
+// transaction ends, and one read as setting search_path for the session
+// did set it. A call the lexer cannot read must say so (UnsureIdentity).
+func setConfigLikePostgres(t *testing.T, c *pgtest.Cluster) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	conn := pgConnect(ctx, t, c)
+	for _, call := range []string{
+		"set_config('search_path', 'x', true)", "set_config('search_path', 'x', false)",
+		"set_config('search_path', 'x', 't'::boolean)", "set_config('search_path', 'x', 'on'::text::bool)",
+		"set_config('search_path', 'x', $$yes$$)", "set_config('search_path', 'x', true::boolean AND false)",
+		"set_config('search_path', 'x', NOT true)", "set_config('search_path', 'x', (true))",
+		"set_config('search_path', 'x', 'f'::pg_catalog.bool)", "set_config('search_path', 'x', '1'::int::bool)",
+		"set_config('search_path', 'x', '0'::int::bool)", "set_config('search_path', 'x', NULL)",
+		"set_config('search_path'::text, 'x', false)", "set_config('search_path'::varchar, 'x', false)",
+		"set_config('search_'::text || 'path', 'x', false)", "set_config('search_path_x'::varchar(11), 'x', false)",
+		"set_config(E'search\\x5fpath', 'x', false)", "pg_catalog.set_config($$search_path$$, 'x', false)",
+	} {
+		if _, err := conn.Exec(ctx, "RESET search_path").ReadAll(); err != nil {
+			t.Fatal(err)
+		}
+		sql := "SELECT " + call
+		if _, err := conn.Exec(ctx, sql).ReadAll(); err != nil {
+			t.Fatalf("%q: %v", sql, err)
+		}
+		res := conn.ExecParams(ctx, "SELECT current_setting('search_path') = 'x'", nil, nil, nil, nil).Read()
+		if res.Err != nil {
+			t.Fatal(res.Err)
+		}
+		changed := string(res.Rows[0][0]) == "t"
+		f := Classify(sql).Flags
+		switch {
+		case f&UnsureIdentity != 0:
+			if f&SetParamLocal != 0 {
+				t.Errorf("%q: unsure, yet read as local: %v", sql, f)
+			}
+		case f&SetParamLocal != 0 && changed:
+			t.Errorf("%q: read as transaction-local (%v), but search_path stayed set", sql, f)
+		case f&SetParam != 0 && !changed && strings.HasSuffix(call, "false)"):
+			// Read as session-level while PostgreSQL made it local is the
+			// safe mistake ('1'::int::bool, NOT true); with is_local false
+			// search_path must have changed, or the name was misread.
+			t.Errorf("%q: read as setting search_path (%v), but it did not change", sql, f)
+		}
+	}
 }
 
 func pgConnect(ctx context.Context, t *testing.T, c *pgtest.Cluster) *pgconn.PgConn {

@@ -53,8 +53,9 @@ func scan(sql string, escapeStrings, text bool, f func(Stmt) bool) bool {
 }
 
 // stmtScan follows one statement token by token: parentheses, the
-// BEGIN ATOMIC body of a routine, calls of set_config and advisory locks,
-// and SELECT … INTO TEMP.
+// BEGIN ATOMIC body of a routine, function calls (set_config, advisory
+// locks, OtherBackend and OpaqueCall; see builtins.go), writes to
+// pg_settings, and SELECT … INTO TEMP or INTO pg_temp.name.
 type stmtScan struct {
 	src           string
 	escapeStrings bool
@@ -63,32 +64,57 @@ type stmtScan struct {
 	ids           [4]byte // first letters of create/or/replace/function/procedure among the first words
 	nids          int     // unquoted words seen
 	afterInsert   bool    // the previous token was INSERT or MERGE
-	into          bool    // the previous tokens were INTO [GLOBAL|LOCAL]
+	afterDelete   bool    // the previous token was DELETE
+	into          bool    // the previous tokens were INTO [GLOBAL|LOCAL] [TABLE], not after INSERT or MERGE
+	target        bool    // the next name is written to: after UPDATE [ONLY], INSERT/MERGE INTO, DELETE FROM [ONLY], pg_catalog.
+
+	last      token // the previous token; kind tEOF at the start
+	lastKw    kw    // the watched keyword last is, if any
+	beforeDot token // the name before the last '.', when last is a '.' after a name; else kind tEOF
+	qual      token // the qualifier of the name last ends (schema.name); kind tEOF when unqualified
+	named     bool  // the name last ends follows a word that names it rather than calls it (INTO, TABLE, AS…)
 }
 
 // token takes the next token of the statement; l is the lexer just past it.
 func (ss *stmtScan) token(t token, l lexer) Flags {
-	afterInsert, into := ss.afterInsert, ss.into
-	ss.afterInsert, ss.into = false, false
+	afterInsert, afterDelete, into, target := ss.afterInsert, ss.afterDelete, ss.into, ss.target
+	ss.afterInsert, ss.afterDelete, ss.into, ss.target = false, false, false, false
+	last, lastKw := ss.last, ss.lastKw
+	ss.last, ss.lastKw = t, kwNone
+	var f Flags
 	switch t.kind {
 	case tBad:
 		return Incomplete
 	case tLParen:
 		ss.paren++
+		if isWord(last) && !ss.routine() && !ss.named {
+			f = ss.call(last, l)
+		}
 	case tRParen:
 		if ss.paren > 0 {
 			ss.paren--
 		}
-	case tQIdent:
-		if t.end-t.start < 40 && !ss.routine() {
-			var buf [48]byte
-			if name, ok := appendIdent(buf[:0], ss.src, t); ok {
-				return ss.call(string(name), l)
+	case tOp:
+		if ss.src[t.start:t.end] == "." {
+			ss.beforeDot = token{kind: tEOF}
+			if isWord(last) {
+				ss.beforeDot = last
+				ss.target = target
 			}
 		}
+	case tQIdent:
+		ss.chain(last, lastKw)
+		switch {
+		case into && isPgTemp(ss.src, t) && isDot(ss.src, l):
+			return CreateTemp
+		case target:
+			f = ss.written(t, l)
+		}
 	case tIdent:
+		ss.chain(last, lastKw)
 		w := ss.src[t.start:t.end]
 		k := loopKeyword(w)
+		ss.lastKw = k
 		if ss.nids < len(ss.ids) {
 			switch k {
 			case kwCreate:
@@ -125,28 +151,84 @@ func (ss *stmtScan) token(t token, l lexer) Flags {
 		switch {
 		case k == kwInsert:
 			ss.afterInsert = true
+		case k == kwDelete:
+			ss.afterDelete = true
+		case k == kwUpdate:
+			ss.target = true
+		case k == kwFrom && afterDelete:
+			ss.target = true
+		case k == kwOnly && target:
+			ss.target = true
 		case k == kwInto:
 			ss.into = !afterInsert
-		case into && k == kwLocal:
+			ss.target = afterInsert
+			if !afterInsert {
+				// SELECT … INTO name is CREATE TABLE … AS in disguise.
+				f = SchemaChange
+			}
+		case into && (k == kwLocal || k == kwTable):
 			ss.into = true
 		case into && k == kwTemp:
 			return CreateTemp
-		case len(w) >= 10 && (w[0]|0x20 == 's' || w[0]|0x20 == 'p') && !routine:
-			// A routine's body and defaults do not run when it is created.
-			var buf [32]byte
-			if len(w) < len(buf) {
-				for i := 0; i < len(w); i++ {
-					c := w[i]
-					if 'A' <= c && c <= 'Z' {
-						c += 'a' - 'A'
-					}
-					buf[i] = c
-				}
-				return ss.call(string(buf[:len(w)]), l)
+		case into && isPgTemp(ss.src, t):
+			if isDot(ss.src, l) {
+				return CreateTemp
 			}
+		case target:
+			f = ss.written(t, l)
 		}
 	}
+	return f
+}
+
+// isDot reports whether the next token of l is '.'.
+func isDot(src string, l lexer) bool {
+	n := l.next()
+	return n.kind == tOp && src[n.start:n.end] == "."
+}
+
+// chain notes a name token that follows last: either the next part of a
+// qualified name (after a '.') or the start of a new one, which is
+// "named" when the word before it names an object rather than calls it.
+func (ss *stmtScan) chain(last token, lastKw kw) {
+	if last.kind == tOp && ss.src[last.start:last.end] == "." && ss.beforeDot.kind != tEOF {
+		ss.qual = ss.beforeDot
+		return
+	}
+	ss.qual = token{kind: tEOF}
+	ss.named = namingKeyword(lastKw) || (last.kind == tOp && ss.src[last.start:last.end] == "::")
+}
+
+// written checks the name t that the statement writes to (UPDATE,
+// INSERT/MERGE INTO, DELETE FROM): a write to pg_settings calls set_config
+// for each row, for a name the text does not show. l is the lexer just
+// past t.
+func (ss *stmtScan) written(t token, l lexer) Flags {
+	var buf [nameMax + 8]byte
+	if t.end-t.start > nameMax+2 {
+		return 0
+	}
+	name, ok := appendIdent(buf[:0], ss.src, t)
+	if !ok {
+		return 0
+	}
+	switch {
+	case string(name) == "pg_catalog" && isDot(ss.src, l):
+		ss.target = true
+	case string(name) == "pg_settings" && (ss.qual.kind == tEOF || ss.qualIs("pg_catalog")):
+		return SetConfig | UnsureIdentity | SetParam
+	}
 	return 0
+}
+
+// qualIs reports whether the current name's qualifier is schema.
+func (ss *stmtScan) qualIs(schema string) bool {
+	var buf [nameMax + 8]byte
+	if ss.qual.end-ss.qual.start > nameMax+2 {
+		return false
+	}
+	q, ok := appendIdent(buf[:0], ss.src, ss.qual)
+	return ok && string(q) == schema
 }
 
 // routine reports whether the statement so far starts
@@ -157,20 +239,30 @@ func (ss *stmtScan) routine() bool {
 		(id[1] == 'o' && id[2] == 'r' && (id[3] == 'f' || id[3] == 'p')))
 }
 
-// call classifies a possible call of the function name (already folded);
-// l is the lexer just past the name.
-func (ss *stmtScan) call(name string, l lexer) Flags {
-	switch name {
-	case "set_config", "pg_advisory_lock", "pg_advisory_lock_shared",
-		"pg_try_advisory_lock", "pg_try_advisory_lock_shared",
-		"pg_advisory_unlock", "pg_advisory_unlock_shared", "pg_advisory_unlock_all":
-	default:
-		return 0
+// call classifies the call of the function named by the word t (qualified
+// by ss.qual when that is set); l is the lexer just past the "(" after it.
+func (ss *stmtScan) call(t token, l lexer) Flags {
+	// Quoted names keep their case; unquoted ones are folded. A name
+	// longer than any built-in's is no built-in.
+	if t.end-t.start > 2*nameMax+2 || (ss.qual.kind != tEOF && ss.qual.end-ss.qual.start > 2*nameMax+2) {
+		return OpaqueCall
 	}
-	if l.next().kind != tLParen {
-		return 0
+	var nb, qb [2*nameMax + 8]byte
+	name, ok := appendIdent(nb[:0], ss.src, t)
+	if !ok {
+		return OpaqueCall
 	}
-	switch name {
+	var qual []byte
+	if ss.qual.kind != tEOF {
+		if qual, ok = appendIdent(qb[:0], ss.src, ss.qual); !ok {
+			return OpaqueCall
+		}
+	}
+	f, special := callFlags(name, qual, t.kind == tQIdent)
+	if !special {
+		return f
+	}
+	switch string(name) {
 	case "set_config":
 		return ss.setConfig(l)
 	case "pg_advisory_unlock", "pg_advisory_unlock_shared", "pg_advisory_unlock_all":
@@ -182,12 +274,66 @@ func (ss *stmtScan) call(name string, l lexer) Flags {
 // arg is one argument of a set_config call.
 type arg struct {
 	tok     token // the first token of its value
-	literal bool  // the value is that one token, perhaps cast with ::
+	literal bool  // the value is exactly that one token, perhaps cast to a harmless type (see castState)
 	present bool
 }
 
+// castState follows the tokens of a set_config argument after its first:
+// only casts may follow a constant for it to count as one, that is "::"
+// type, where type is text, varchar, bool or boolean, perhaps qualified
+// by pg_catalog, without a modifier or []. Anything else (an operator, a
+// keyword such as AND or COLLATE, a second constant, a call) makes the
+// value unknown; so does a cast to any other type, which may change the
+// value ('roleX'::varchar(4) is 'role') or run a user-defined cast.
+type castState uint8
+
+const (
+	castDone  castState = iota // after the constant or a complete cast
+	castColon                  // after "::": a type name must follow
+	castQual                   // after pg_catalog: "." must follow
+	castDot                    // after "pg_catalog.": a type name must follow
+	castBad                    // not a constant
+)
+
+// next moves the state over token t.
+func (c castState) next(src string, t token) castState {
+	switch c {
+	case castDone:
+		if t.kind == tOp && src[t.start:t.end] == "::" {
+			return castColon
+		}
+	case castColon, castDot:
+		var buf [nameMax + 8]byte
+		if !isWord(t) || t.end-t.start > nameMax+2 {
+			break
+		}
+		name, ok := appendIdent(buf[:0], src, t)
+		if !ok {
+			break
+		}
+		switch string(name) {
+		case "text", "varchar", "bool", "boolean":
+			return castDone
+		case "pg_catalog":
+			if c == castColon {
+				return castQual
+			}
+		}
+	case castQual:
+		if t.kind == tOp && src[t.start:t.end] == "." {
+			return castDot
+		}
+	}
+	return castBad
+}
+
 // setConfig classifies set_config(setting_name, new_value, is_local) whose
-// arguments start at l, positional or named.
+// arguments start at l (just past the parenthesis), positional or named.
+// The name counts only when it is exactly one string constant, perhaps
+// cast to text or varchar; is_local only when it is one boolean or string
+// constant, perhaps cast to bool, boolean or text: otherwise the name is
+// unknown (UnsureIdentity) and the change is taken to last for the
+// session.
 func (ss *stmtScan) setConfig(l lexer) Flags {
 	const unsure = SetConfig | UnsureIdentity | SetParam
 	var args [3]arg
@@ -216,7 +362,7 @@ func (ss *stmtScan) setConfig(l lexer) Flags {
 				t = l.next()
 			}
 		}
-		first, n, cast := t, 0, false
+		first, n, cast := t, 0, castDone
 		depth := 0
 		for ; ; t = l.next() {
 			switch t.kind {
@@ -227,20 +373,20 @@ func (ss *stmtScan) setConfig(l lexer) Flags {
 					goto done
 				}
 			}
+			if n > 0 {
+				cast = cast.next(ss.src, t)
+			}
 			if t.kind == tLParen || (t.kind == tOp && ss.src[t.start:t.end] == "[") {
 				depth++
 			}
 			if t.kind == tRParen || (t.kind == tOp && ss.src[t.start:t.end] == "]") {
 				depth--
 			}
-			if n == 1 && t.kind == tOp && ss.src[t.start:t.end] == "::" {
-				cast = true
-			}
 			n++
 		}
 	done:
 		if slot >= 0 && slot < len(args) {
-			args[slot] = arg{tok: first, literal: n == 1 || cast, present: n > 0}
+			args[slot] = arg{tok: first, literal: cast == castDone, present: n > 0}
 		}
 		if t.kind == tRParen {
 			break
@@ -326,14 +472,51 @@ const (
 	kwInto
 	kwLocal // LOCAL or GLOBAL
 	kwTemp  // TEMP or TEMPORARY
+	kwDelete
+	kwUpdate
+	kwFrom
+	kwOnly
+	kwTable
+	// Words after which a name is named, not called (see namingKeyword).
+	kwAs
+	kwReferences
+	kwView
+	kwWith
+	kwRecursive
+	kwExists
+	kwRoutine
+	kwAggregate
+	kwPrepare
+	kwExecute
+	kwCopy
+	kwVacuum
+	kwAnalyze
+	kwCall
 )
+
+// namingKeyword reports whether a name right after k is an object being
+// named or defined, so a "(" after it opens a column or argument list,
+// not a call: INSERT INTO t (a), CREATE TABLE t (a), AS t (a), WITH c (x)
+// AS, REFERENCES t (a), DROP FUNCTION f (int), PREPARE p (int), COPY t (a).
+// CALL p (…) is Call already.
+func namingKeyword(k kw) bool {
+	switch k {
+	case kwInto, kwTable, kwOnly, kwFunction, kwProcedure, kwAs, kwReferences, kwView, kwWith,
+		kwRecursive, kwExists, kwRoutine, kwAggregate, kwPrepare, kwExecute, kwCopy, kwVacuum, kwAnalyze, kwCall:
+		return true
+	}
+	return false
+}
 
 // loopKeyword returns the watched keyword w is, if any.
 func loopKeyword(w string) kw {
 	switch len(w) {
 	case 2:
-		if eqFold(w, "or") {
+		switch {
+		case eqFold(w, "or"):
 			return kwOr
+		case eqFold(w, "as"):
+			return kwAs
 		}
 	case 3:
 		if eqFold(w, "end") {
@@ -347,6 +530,18 @@ func loopKeyword(w string) kw {
 			return kwInto
 		case eqFold(w, "temp"):
 			return kwTemp
+		case eqFold(w, "from"):
+			return kwFrom
+		case eqFold(w, "only"):
+			return kwOnly
+		case eqFold(w, "view"):
+			return kwView
+		case eqFold(w, "with"):
+			return kwWith
+		case eqFold(w, "copy"):
+			return kwCopy
+		case eqFold(w, "call"):
+			return kwCall
 		}
 	case 5:
 		switch {
@@ -356,6 +551,8 @@ func loopKeyword(w string) kw {
 			return kwInsert
 		case eqFold(w, "local"):
 			return kwLocal
+		case eqFold(w, "table"):
+			return kwTable
 		}
 	case 6:
 		switch {
@@ -365,10 +562,27 @@ func loopKeyword(w string) kw {
 			return kwInsert
 		case eqFold(w, "global"):
 			return kwLocal
+		case eqFold(w, "delete"):
+			return kwDelete
+		case eqFold(w, "update"):
+			return kwUpdate
+		case eqFold(w, "exists"):
+			return kwExists
+		case eqFold(w, "vacuum"):
+			return kwVacuum
 		}
 	case 7:
-		if eqFold(w, "replace") {
+		switch {
+		case eqFold(w, "replace"):
 			return kwReplace
+		case eqFold(w, "routine"):
+			return kwRoutine
+		case eqFold(w, "prepare"):
+			return kwPrepare
+		case eqFold(w, "execute"):
+			return kwExecute
+		case eqFold(w, "analyze"), eqFold(w, "analyse"):
+			return kwAnalyze
 		}
 	case 8:
 		if eqFold(w, "function") {
@@ -380,6 +594,14 @@ func loopKeyword(w string) kw {
 			return kwProcedure
 		case eqFold(w, "temporary"):
 			return kwTemp
+		case eqFold(w, "recursive"):
+			return kwRecursive
+		case eqFold(w, "aggregate"):
+			return kwAggregate
+		}
+	case 10:
+		if eqFold(w, "references") {
+			return kwReferences
 		}
 	}
 	return kwNone

@@ -11,8 +11,10 @@
 // ("…" with "" escapes, U&"…") and operators are recognised, so keywords
 // inside any of them never count. Only the first keywords of a statement
 // decide what it is, so "CREATE FUNCTION … SET role = x" or "EXPLAIN SET"
-// are not identity changes; set_config(…) and advisory-lock calls are found
-// anywhere in a statement.
+// are not identity changes; function calls (set_config, advisory locks,
+// pg_terminate_backend and the like, and calls of anything but a harmless
+// PostgreSQL built-in, see builtins.go) and writes to pg_settings are
+// found anywhere in a statement.
 //
 // Plain '…' strings are read as with standard_conforming_strings on (the
 // default since PostgreSQL 9.1). When a backslash in one means the text

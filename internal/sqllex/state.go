@@ -43,7 +43,7 @@ func (h Held) Names() []string {
 // stateFlags holds every flag Holds, Releases or Opaque look at.
 const stateFlags = CreateTemp | Listen | AdvisoryLock | DeclareHold | Prepare |
 	DiscardAll | DiscardTemp | Drop | Unlisten | AdvisoryUnlock | CloseCursor | Deallocate |
-	DoBlock | Call
+	DoBlock | Call | OpaqueCall
 
 // Holds returns the kinds of session state statements with flags f may
 // leave behind: CREATE TEMP (and pg_temp objects, SELECT … INTO TEMP),
@@ -105,11 +105,13 @@ func (f Flags) Releases() Held {
 	return h
 }
 
-// Opaque reports statements whose effect on session state the text does
-// not show: DO blocks and CALL run procedural code that may create
-// temporary tables, LISTEN or take advisory locks. (So may any function,
-// which no lexer can see.)
-func (f Flags) Opaque() bool { return f&(DoBlock|Call) != 0 }
+// Opaque reports statements whose effect on the session the text does not
+// show: DO blocks, CALL and calls of functions that are not known
+// harmless built-ins (OpaqueCall) run code that may create temporary
+// tables, LISTEN, take advisory locks, or change the identity and
+// run-time parameters for the session. A caller must find out from the
+// server what they did.
+func (f Flags) Opaque() bool { return f&(DoBlock|Call|OpaqueCall) != 0 }
 
 // StateKind names the first statement of sql that may leave session state
 // behind (see Flags.Holds), for log lines and error messages: "CREATE
