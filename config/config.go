@@ -274,10 +274,10 @@ type Config struct {
 	// one behind it. Default: 5ms.
 	PipelineFastThreshold time.Duration `yaml:"pipeline_fast_threshold"`
 
-	// PipelineWhen says when a request is pipelined: "fast" (behind
-	// known-fast requests when no server connection is idle, the default)
-	// or "busy" (only when the pool is full and every connection busy). An
-	// idle connection is always taken first.
+	// PipelineWhen is accepted as "fast" (the default) or "busy" and both
+	// now behave alike: a request is pipelined only when the pool is full
+	// and every connection busy, since an idle connection, or room to open
+	// one, is always taken first.
 	PipelineWhen string `yaml:"pipeline_when"`
 
 	// MaxMessageBytes bounds one client protocol message; a larger one ends

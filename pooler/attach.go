@@ -158,8 +158,9 @@ func (s *session) acquireConn(ctx context.Context, b pipeBatch) (*backend.Conn, 
 	if s.p.cfg.PipelineDepth > 1 && s.p.cfg.Mode == ModeTransaction {
 		lp = lanesOf(s.pool)
 	}
-	// A free connection first: a request written behind another client's
-	// waits for it, however fast that one is known to be.
+	// A free connection first, idle or not yet opened: a request written
+	// behind another client's waits for it, however fast that one is
+	// known to be. So a request shares a connection only on a full pool.
 	if conn, err := s.pool.TryAcquire(ctx); err == nil {
 		s.p.m.waitSeconds.Observe(0)
 		if b.ok {
@@ -167,7 +168,7 @@ func (s *session) acquireConn(ctx context.Context, b pipeBatch) (*backend.Conn, 
 		}
 		return conn, nil, nil
 	}
-	if b.ok && (!s.p.cfg.PipelineBusyOnly || s.pool.Full()) {
+	if b.ok && s.pool.Full() {
 		if rd := lp.join(s.newRider(b), b.key, s.p.laneLimits()); rd != nil {
 			s.p.m.waitSeconds.Observe(0)
 			return rd.l.conn, rd, nil

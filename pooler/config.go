@@ -117,11 +117,12 @@ type Config struct {
 	// its kind slow at once. Default: 5ms.
 	PipelineFastThreshold time.Duration
 
-	// PipelineBusyOnly pipelines only when the pool is full and every
-	// server connection of it is busy. By default a qualifying request is
-	// written behind known-fast requests on a busy connection when no
-	// connection is idle, rather than waiting for a new one to be opened.
-	// Either way an idle connection is always taken first.
+	// PipelineBusyOnly is what --pipeline-when busy set. A request is now
+	// written behind others only when the pool is full and every server
+	// connection of it is busy, whatever this says: an idle connection, or
+	// room to open one, is always taken first, so a slow query never holds
+	// up a request that had a connection to itself. It is kept so that
+	// configurations setting it still load.
 	PipelineBusyOnly bool
 
 	// StatementCacheSize bounds the prepared statements the pooler keeps on

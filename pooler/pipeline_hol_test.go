@@ -9,9 +9,10 @@ import (
 // client's only when no connection is idle, and never behind a query that
 // has already run longer than the fast threshold.
 
-// TestPipelineFreeConnectionFirst is the reported case: with four server
-// connections, three idle, B's query of a kind known fast (pg_sleep(0)
-// made pg_sleep's shape fast) must not wait behind A's pg_sleep(3).
+// TestPipelineFreeConnectionFirst is the reported case: with a pool of
+// four server connections, three free (idle, or not yet opened), B's query
+// of a kind known fast (pg_sleep(0) made pg_sleep's shape fast) must not
+// wait behind A's pg_sleep(3).
 func TestPipelineFreeConnectionFirst(t *testing.T) {
 	h, reg := pipeHarness(t, 4, time.Second)
 	ctx, _ := warmClient(t, h, "SELECT pg_sleep(0), 'warm'")

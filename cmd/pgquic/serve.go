@@ -131,7 +131,7 @@ func parseServeFlags(args []string, stdout, stderr io.Writer) (*config.Config, e
 		queryTO     = fs.Duration("query-timeout", 0, "cancel a request the server has not answered within this long (57014, the session goes on); 0 disables")
 		procs       = fs.Int("procs", 0, "OS threads running Go code (GOMAXPROCS); 0 means half the CPUs, at least 1")
 		pipeDepth   = fs.Int("pipeline-depth", config.DefaultPipelineDepth, "transaction mode: at most this many clients' requests written at once on one busy server connection (cross-client pipelining); 1 or 0 turns it off")
-		pipeWhen    = fs.String("pipeline-when", config.DefaultPipelineWhen, "when to pipeline: `fast` (behind known-fast requests when no server connection is idle) or busy (only when the pool is full and every connection is busy); an idle connection is always taken first")
+		pipeWhen    = fs.String("pipeline-when", config.DefaultPipelineWhen, "`fast` or busy, which now behave alike: a request is pipelined only when the pool is full and every server connection busy")
 		pipeFast    = fs.Duration("pipeline-fast-threshold", config.DefaultPipelineFastThreshold, "pipeline behind a kind of query only if the server answered it within this long every recent time")
 	)
 	fs.Usage = func() {
