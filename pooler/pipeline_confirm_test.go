@@ -7,6 +7,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgproto3"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // Statements on a shared server connection are trusted only once the
@@ -75,11 +76,8 @@ func rowsOf(reply []string) []string {
 func TestPipelineStatementsConfirmed(t *testing.T) {
 	const mine = "SELECT 'A''s secret'::text"
 	t.Run("unnamed", func(t *testing.T) {
-		h, reg := pipeHarness(t, 1, 10*time.Second)
-		ctx := withTimeout(t, 60*time.Second)
 		const bs = "SELECT 'B''s own'::text"
-		a, _ := startRaw(ctx, t, h.ln.Addr().String(), nil)
-		b, _ := startRaw(ctx, t, h.ln.Addr().String(), nil)
+		ctx, h, reg, a, b := twoRawClients(t)
 		// Make both kinds of request known fast, and leave B's unnamed
 		// statement prepared.
 		for range 6 {
@@ -88,25 +86,15 @@ func TestPipelineStatementsConfirmed(t *testing.T) {
 			b.send(&pgproto3.Parse{Query: bs}, &pgproto3.Bind{}, &pgproto3.Execute{}, &pgproto3.Sync{})
 			b.untilZ()
 		}
-		base := metricValue(t, reg, pipelinedMetric, "")
-		a.send(sleepRequest("0.5", mine, bs, "")...)
-		waitSleeping(ctx, t, h)
-		b.send(&pgproto3.Bind{}, &pgproto3.Execute{}, &pgproto3.Sync{})
-		got := b.untilZ()
-		a.untilZ()
+		got := behindSlow(ctx, t, h, reg, a, b, sleepRequest("0.5", mine, bs, ""),
+			&pgproto3.Bind{}, &pgproto3.Execute{}, &pgproto3.Sync{})
 		if rows := rowsOf(got); len(rows) != 1 || rows[0] != "D[B's own]" {
 			t.Errorf("B's Bind of its unnamed statement returned %v, want its own row", got)
 		}
-		if metricValue(t, reg, pipelinedMetric, "") <= base {
-			t.Errorf("B's request was not pipelined behind A's, so the test proves nothing")
-		}
 	})
 	t.Run("named", func(t *testing.T) {
-		h, reg := pipeHarness(t, 1, 10*time.Second)
-		ctx := withTimeout(t, 60*time.Second)
 		const bait = "SELECT 'fresh'::text"
-		a, _ := startRaw(ctx, t, h.ln.Addr().String(), nil)
-		b, _ := startRaw(ctx, t, h.ln.Addr().String(), nil)
+		ctx, h, reg, a, b := twoRawClients(t)
 		for range 6 {
 			a.send(sleepRequest("0", mine, "SELECT 'warm'::text", "")...)
 			a.untilZ()
@@ -114,18 +102,40 @@ func TestPipelineStatementsConfirmed(t *testing.T) {
 			a.send(&pgproto3.Parse{Query: "SELECT 'w'::text"}, &pgproto3.Bind{}, &pgproto3.Execute{}, &pgproto3.Sync{})
 			a.untilZ()
 		}
-		base := metricValue(t, reg, pipelinedMetric, "")
-		a.send(sleepRequest("0.5", mine, bait, "a_stmt")...)
-		waitSleeping(ctx, t, h)
-		b.send(&pgproto3.Parse{Name: "b_stmt", Query: bait}, &pgproto3.Bind{PreparedStatement: "b_stmt"},
+		got := behindSlow(ctx, t, h, reg, a, b, sleepRequest("0.5", mine, bait, "a_stmt"),
+			&pgproto3.Parse{Name: "b_stmt", Query: bait}, &pgproto3.Bind{PreparedStatement: "b_stmt"},
 			&pgproto3.Execute{}, &pgproto3.Sync{})
-		got := b.untilZ()
-		a.untilZ()
 		if rows := rowsOf(got); len(rows) != 1 || rows[0] != "D[fresh]" {
 			t.Errorf("B's named statement gave %v, want ParseComplete, BindComplete, its row", got)
 		}
-		if metricValue(t, reg, pipelinedMetric, "") <= base {
-			t.Errorf("B's request was not pipelined behind A's, so the test proves nothing")
-		}
 	})
+}
+
+// twoRawClients starts a pooler with one server connection and two
+// protocol-level clients of it.
+func twoRawClients(t *testing.T) (context.Context, *harness, *prometheus.Registry, *rawConn, *rawConn) {
+	t.Helper()
+	h, reg := pipeHarness(t, 1, 10*time.Second)
+	ctx := withTimeout(t, 60*time.Second)
+	a, _ := startRaw(ctx, t, h.ln.Addr().String(), nil)
+	b, _ := startRaw(ctx, t, h.ln.Addr().String(), nil)
+	return ctx, h, reg, a, b
+}
+
+// behindSlow sends A's request, waits until its slow query runs, sends B's
+// request and returns B's reply once both are answered. B's request must
+// have been pipelined behind A's, or the test proves nothing.
+func behindSlow(ctx context.Context, t *testing.T, h *harness, reg *prometheus.Registry, a, b *rawConn,
+	aReq []pgproto3.FrontendMessage, bReq ...pgproto3.FrontendMessage) []string {
+	t.Helper()
+	base := metricValue(t, reg, pipelinedMetric, "")
+	a.send(aReq...)
+	waitSleeping(ctx, t, h)
+	b.send(bReq...)
+	got := b.untilZ()
+	a.untilZ()
+	if metricValue(t, reg, pipelinedMetric, "") <= base {
+		t.Errorf("B's request was not pipelined behind A's, so the test proves nothing")
+	}
+	return got
 }
