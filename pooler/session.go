@@ -432,7 +432,7 @@ func (s *session) raise(err error, simple bool) error {
 		// server raise the error, so the transaction is aborted and the
 		// rest of the pipeline skipped exactly as PostgreSQL would.
 		defer s.mu.Unlock()
-		return s.serverRaiseLocked(a, pe)
+		return s.serverRaiseLocked(a, pe, simple)
 	}
 	s.mu.Unlock()
 	out := pe.encode(nil)
@@ -444,8 +444,12 @@ func (s *session) raise(err error, simple bool) error {
 
 // serverRaiseLocked makes the attached server raise pe, through an anonymous DO
 // block whose Parse and Bind replies are swallowed; the client sees the
-// ErrorResponse of the Execute. s.mu must be held.
-func (s *session) serverRaiseLocked(a *attachment, pe *PGError) error {
+// ErrorResponse of the Execute. With simple (the refused message was a
+// simple Query, which ends with ReadyForQuery) a Sync follows, whose
+// ReadyForQuery the client gets: without it the server would wait for a
+// Sync that never comes, skipping the client's next Query, and leave the
+// client waiting for ReadyForQuery. s.mu must be held.
+func (s *session) serverRaiseLocked(a *attachment, pe *PGError, simple bool) error {
 	msg := strings.ReplaceAll(pe.Message, "$pgquic$", "")
 	sql := "DO $pgquic$BEGIN RAISE EXCEPTION USING ERRCODE = " + quoteLiteral(pe.Code) +
 		", MESSAGE = " + quoteLiteral(msg) + "; END$pgquic$"
@@ -460,6 +464,10 @@ func (s *session) serverRaiseLocked(a *attachment, pe *PGError) error {
 	s.push(a, entry{kind: eParse, injected: true, unnamed: true})
 	s.push(a, entry{kind: eBind, injected: true})
 	s.push(a, entry{kind: eExecute})
+	if simple {
+		f = append(f, syncMsg...)
+		s.push(a, entry{kind: eSync})
+	}
 	a.st.unnamedOK = false
 	return s.writeServer(a, f)
 }
