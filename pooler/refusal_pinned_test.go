@@ -2,6 +2,7 @@ package pooler_test
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -42,11 +43,16 @@ func serverIdle(ctx context.Context, t *testing.T, d *pgconn.PgConn, pid string)
 	})
 }
 
-// wantRefused fails the test unless err is the pooler's 0A000.
+// wantRefused fails the test unless err is the pooler's 0A000 with its
+// hint, whether the pooler or the server raised it.
 func wantRefused(t *testing.T, what string, err error) {
 	t.Helper()
 	if pgCode(err) != pgproto.CodeFeatureNotSupported {
 		t.Fatalf("%s: got %v (SQLSTATE %q), want SQLSTATE %s", what, err, pgCode(err), pgproto.CodeFeatureNotSupported)
+	}
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) && pe.Hint == "" {
+		t.Errorf("%s: the refusal has no hint: %+v", what, pe)
 	}
 }
 

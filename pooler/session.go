@@ -450,9 +450,17 @@ func (s *session) raise(err error, simple bool) error {
 // Sync that never comes, skipping the client's next Query, and leave the
 // client waiting for ReadyForQuery. s.mu must be held.
 func (s *session) serverRaiseLocked(a *attachment, pe *PGError, simple bool) error {
-	msg := strings.ReplaceAll(pe.Message, "$pgquic$", "")
+	clean := func(s string) string { return strings.ReplaceAll(s, "$pgquic$", "") }
 	sql := "DO $pgquic$BEGIN RAISE EXCEPTION USING ERRCODE = " + quoteLiteral(pe.Code) +
-		", MESSAGE = " + quoteLiteral(msg) + "; END$pgquic$"
+		", MESSAGE = " + quoteLiteral(clean(pe.Message))
+	if pe.Detail != "" {
+		sql += ", DETAIL = " + quoteLiteral(clean(pe.Detail))
+	}
+	if pe.Hint != "" {
+		// The same hint as when the pooler answers itself.
+		sql += ", HINT = " + quoteLiteral(clean(pe.Hint))
+	}
+	sql += "; END$pgquic$"
 	f := wire.AppendHeader(nil, 'P', 1+len(sql)+1+2)
 	f = append(f, 0)
 	f = append(f, sql...)
