@@ -55,6 +55,7 @@ type session struct {
 	reapply       []byte            // Query frame setting the unreported desired parameters (see reapplyParams)
 	startupParams map[string]string // the client's startup parameters, which RESET returns to (see params.go)
 	proven        bool              // desired has been set on a server once: later syncs are pipelined
+	lastConn      *serverState      // the server connection this session borrowed last (see lastBorrower)
 	unnamed       *stmt             // the client's unnamed statement, for replay
 	skipping      bool              // dropping messages until Sync after an error the pooler raised
 	lastSync      bool              // the last client message was Sync, Query, FunctionCall, CopyDone or CopyFail
