@@ -2,7 +2,10 @@ package pgregress
 
 import (
 	"bytes"
+	"errors"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -107,4 +110,53 @@ func TestJudge(t *testing.T) {
 // TestMain checks that no goroutine outlives the tests.
 func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
+}
+
+// TestLauncherRecordsHang: the launcher kills a test's psql after the
+// timeout, records the test (named by its standard input, the .sql file)
+// and exits with timeout's status, while a test that finishes in time is
+// not recorded.
+func TestLauncherRecordsHang(t *testing.T) {
+	dir := t.TempDir()
+	launch := filepath.Join(dir, "launch.sh")
+	if err := os.WriteFile(launch, []byte(launcher), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	hung := filepath.Join(dir, "hung.txt")
+	run := func(name string, args ...string) int {
+		sql := filepath.Join(dir, name+".sql")
+		if err := os.WriteFile(sql, []byte("SELECT 1;\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		in, err := os.Open(sql)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer in.Close()
+		cmd := exec.Command(launch, args...)
+		cmd.Stdin = in
+		cmd.Env = append(os.Environ(), "PGREGRESS_TEST_TIMEOUT=1", "PGREGRESS_HUNG="+hung)
+		err = cmd.Run()
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			return ee.ExitCode()
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		return 0
+	}
+	if rc := run("quick", "true"); rc != 0 {
+		t.Errorf("a test that finishes: exit %d", rc)
+	}
+	if rc := run("stuck", "sleep", "30"); rc != 137 {
+		t.Errorf("a test killed after the timeout: exit %d, want 137", rc)
+	}
+	b, err := os.ReadFile(hung)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Fields(string(b)); !slices.Equal(got, []string{"stuck"}) {
+		t.Errorf("hung.txt lists %v, want [stuck]", got)
+	}
 }
