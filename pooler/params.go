@@ -113,9 +113,9 @@ func (s *session) desiredKey() string {
 // client's own message it costs no round trip. s.mu must be held.
 func (s *session) reapplyParams(a *attachment) error {
 	s.desiredKey()
-	last := a.st.lastUser
-	a.st.lastUser = s.id
-	if last == s.id || len(s.reapply) == 0 {
+	mine := s.lastBorrower(a.st)
+	a.st.lastUser, s.lastConn = s.id, a.st
+	if mine || len(s.reapply) == 0 {
 		return nil
 	}
 	s.push(a, entry{kind: eQuery, quiet: true})
@@ -137,10 +137,11 @@ func (s *session) syncParams(ctx context.Context, conn *backend.Conn) (pipelined
 		st = newServerState()
 		conn.State = st
 	}
-	if st.lastUser == s.id {
+	if s.lastBorrower(st) {
 		// Nothing but this session touched the connection since it last
-		// synced it: what is in force is what the client made it, its own
-		// SETs included, and reported parameters were followed.
+		// synced it, and the session used no other one meanwhile: what is
+		// in force is what the client made it, its own SETs included, and
+		// reported parameters were followed.
 		return "", nil
 	}
 	if key := s.desiredKey(); st.syncedKey == key && !st.dirtyAll {
@@ -231,7 +232,17 @@ func (st *serverState) synced(s *session, set map[string]string, reset []string)
 	}
 	st.dirtyAll = false
 	st.syncedKey = s.desiredKey()
-	st.lastUser = s.id
+	st.lastUser, s.lastConn = s.id, st
+}
+
+// lastBorrower reports whether st's parameters are as this session left
+// them: it borrowed the connection last, and has borrowed no other since.
+// The second half matters: a client whose SET ran on another connection
+// while this one sat idle in the pool would otherwise come back to the old
+// value (the next statement after SET timezone ran with the previous one).
+// Owner only.
+func (s *session) lastBorrower(st *serverState) bool {
+	return st.lastUser == s.id && s.lastConn == st
 }
 
 // syncedParameter records a ParameterStatus answering a pipelined sync:

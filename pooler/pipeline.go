@@ -775,7 +775,7 @@ func (lp *lanePool) dropLocked(l *lane) {
 // it. rd holds the state lock.
 func (s *session) riderSynced(rd *rider) bool {
 	st := rd.l.conn.State.(*serverState)
-	return st.lastUser == s.id || (st.syncedKey == s.desiredKey() && !st.dirtyAll && st.syncPend == 0)
+	return s.lastBorrower(st) || (st.syncedKey == s.desiredKey() && !st.dirtyAll && st.syncPend == 0)
 }
 
 // solo keeps other clients' requests off rd's connection until rd leaves,

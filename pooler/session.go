@@ -56,6 +56,7 @@ type session struct {
 	reapply       []byte            // Query frame setting the unreported desired parameters (see reapplyParams)
 	startupParams map[string]string // the client's startup parameters, which RESET returns to (see params.go)
 	proven        bool              // desired has been set on a server once: later syncs are pipelined
+	lastConn      *serverState      // the server connection this session borrowed last (see lastBorrower)
 	unnamed       *stmt             // the client's unnamed statement, for replay
 	skipping      bool              // dropping messages until Sync after an error the pooler raised
 	lastSync      bool              // the last client message was Sync, Query, FunctionCall, CopyDone or CopyFail
@@ -433,7 +434,7 @@ func (s *session) raise(err error, simple bool) error {
 		// server raise the error, so the transaction is aborted and the
 		// rest of the pipeline skipped exactly as PostgreSQL would.
 		defer s.mu.Unlock()
-		return s.serverRaiseLocked(a, pe)
+		return s.serverRaiseLocked(a, pe, simple)
 	}
 	s.mu.Unlock()
 	out := pe.encode(nil)
@@ -445,11 +446,23 @@ func (s *session) raise(err error, simple bool) error {
 
 // serverRaiseLocked makes the attached server raise pe, through an anonymous DO
 // block whose Parse and Bind replies are swallowed; the client sees the
-// ErrorResponse of the Execute. s.mu must be held.
-func (s *session) serverRaiseLocked(a *attachment, pe *PGError) error {
-	msg := strings.ReplaceAll(pe.Message, "$pgquic$", "")
+// ErrorResponse of the Execute. With simple (the refused message was a
+// simple Query, which ends with ReadyForQuery) a Sync follows, whose
+// ReadyForQuery the client gets: without it the server would wait for a
+// Sync that never comes, skipping the client's next Query, and leave the
+// client waiting for ReadyForQuery. s.mu must be held.
+func (s *session) serverRaiseLocked(a *attachment, pe *PGError, simple bool) error {
+	clean := func(s string) string { return strings.ReplaceAll(s, "$pgquic$", "") }
 	sql := "DO $pgquic$BEGIN RAISE EXCEPTION USING ERRCODE = " + quoteLiteral(pe.Code) +
-		", MESSAGE = " + quoteLiteral(msg) + "; END$pgquic$"
+		", MESSAGE = " + quoteLiteral(clean(pe.Message))
+	if pe.Detail != "" {
+		sql += ", DETAIL = " + quoteLiteral(clean(pe.Detail))
+	}
+	if pe.Hint != "" {
+		// The same hint as when the pooler answers itself.
+		sql += ", HINT = " + quoteLiteral(clean(pe.Hint))
+	}
+	sql += "; END$pgquic$"
 	f := wire.AppendHeader(nil, 'P', 1+len(sql)+1+2)
 	f = append(f, 0)
 	f = append(f, sql...)
@@ -461,6 +474,10 @@ func (s *session) serverRaiseLocked(a *attachment, pe *PGError) error {
 	s.push(a, entry{kind: eParse, injected: true, unnamed: true})
 	s.push(a, entry{kind: eBind, injected: true})
 	s.push(a, entry{kind: eExecute})
+	if simple {
+		f = append(f, syncMsg...)
+		s.push(a, entry{kind: eSync})
+	}
 	a.st.unnamedOK = false
 	return s.writeServer(a, f)
 }

@@ -139,7 +139,7 @@ func (s *session) checkShape(a *attachment, st *stmt) *PGError {
 func (s *session) raiseStaleLocked(a *attachment, pe *PGError) error {
 	s.p.m.errors.WithLabelValues(pe.Code).Inc()
 	s.skipping = true
-	return s.serverRaiseLocked(a, pe)
+	return s.serverRaiseLocked(a, pe, false)
 }
 
 // armReplay starts recording when st, a statement the client has just

@@ -26,7 +26,8 @@ func main() {
 }
 
 // run parses flags, runs the suites and prints the report. Exit status: 0
-// done, 1 regressions under -strict, 2 a suite could not run.
+// done, 1 regressions under -strict (any in session mode, those not on the
+// written list in transaction mode), 2 a suite could not run.
 func run() int {
 	suites := flag.String("suite", "all", "suites to run: node-postgres, psycopg or all")
 	modesFlag := flag.String("modes", "direct,session,transaction", "modes to run, comma-separated (direct first to compare)")
@@ -40,9 +41,14 @@ func run() int {
 	work := flag.String("work", "", "directory where the runnable trees are assembled (default: the user cache directory's pgquic/driversuite); give concurrent runs different ones")
 	psyMarker := flag.String("psycopg-m", "", "pytest -m expression for psycopg (e.g. \"not slow\")")
 	psyTimeout := flag.Duration("psycopg-timeout", 0, "bound on one psycopg pytest run (default 60m); a run cut short reports the tests it reached")
-	strict := flag.Bool("strict", false, "exit 1 when a test passes directly but not through pgquic in session mode")
+	strict := flag.Bool("strict", false, "exit 1 when a test passes directly but not through pgquic in session mode, or in transaction mode unless it is on the written list (transaction-expected.txt)")
 	flag.Parse()
 
+	expected, err := driversuite.TransactionExpected()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 2
+	}
 	modes, err := parseModes(*modesFlag)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -130,8 +136,16 @@ func run() int {
 			driversuite.WriteReport(os.Stdout, direct, others)
 			if direct != nil {
 				for _, r := range others {
-					if r.Mode == driversuite.Session && len(driversuite.Regressions(direct, r)) > 0 && *strict {
-						status = max(status, 1)
+					switch r.Mode {
+					case driversuite.Session:
+						if len(driversuite.Regressions(direct, r)) > 0 && *strict {
+							status = max(status, 1)
+						}
+					case driversuite.Transaction:
+						driversuite.WriteVerdict(os.Stdout, direct, r, expected)
+						if unexpected, _, _ := driversuite.SplitExpected(direct, r, expected); len(unexpected) > 0 && *strict {
+							status = max(status, 1)
+						}
 					}
 				}
 			}
