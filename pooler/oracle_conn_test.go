@@ -90,11 +90,38 @@ func (oc *oracleConn) Close() error {
 // when collect is set. A Query still running after oc.timeout is
 // cancelled; an error means the session is unusable and must be closed.
 func (oc *oracleConn) exec(sql string, copyData []byte, collect bool) (oracleResult, error) {
-	var res oracleResult
 	oc.fe.Send(&pgproto3.Query{String: sql})
 	if err := oc.fe.Flush(); err != nil {
-		return res, fmt.Errorf("oracle: send: %w", err)
+		return oracleResult{}, fmt.Errorf("oracle: send: %w", err)
 	}
+	res, _, err := oc.read(copyData, collect)
+	return res, err
+}
+
+// execThen sends sql and, in the same write, then, whose rows it collects:
+// one round trip where exec would take two, which matters on a loaded
+// machine. then runs whatever sql left behind (inside an open block, or
+// failing in an aborted one); the caller decides whether its answer means
+// anything. When sql starts a COPY FROM STDIN, the server takes then's
+// Query for a protocol error in the copy, so then never runs: thenRan is
+// false.
+func (oc *oracleConn) execThen(sql, then string) (res, thenRes oracleResult, thenRan bool, err error) {
+	oc.fe.Send(&pgproto3.Query{String: sql})
+	oc.fe.Send(&pgproto3.Query{String: then})
+	if err := oc.fe.Flush(); err != nil {
+		return res, thenRes, false, fmt.Errorf("oracle: send: %w", err)
+	}
+	res, copied, err := oc.read(nil, false)
+	if err != nil || copied {
+		return res, thenRes, false, err
+	}
+	thenRes, _, err = oc.read(nil, true)
+	return res, thenRes, err == nil, err
+}
+
+// read reads one Query's answer up to its ReadyForQuery, answering a COPY
+// FROM STDIN with copyData or a CopyFail; copied reports that one came.
+func (oc *oracleConn) read(copyData []byte, collect bool) (res oracleResult, copied bool, err error) {
 	cancelled := false
 	_ = oc.nc.SetReadDeadline(time.Now().Add(oc.timeout))
 	for {
@@ -104,12 +131,12 @@ func (oc *oracleConn) exec(sql string, copyData []byte, collect bool) (oracleRes
 			if errors.As(err, &ne) && ne.Timeout() && !cancelled {
 				cancelled = true
 				if cerr := oc.cancel(); cerr != nil {
-					return res, cerr
+					return res, copied, cerr
 				}
 				_ = oc.nc.SetReadDeadline(time.Now().Add(15 * time.Second))
 				continue
 			}
-			return res, fmt.Errorf("oracle: receive: %w", err)
+			return res, copied, fmt.Errorf("oracle: receive: %w", err)
 		}
 		switch m := msg.(type) {
 		case *pgproto3.DataRow:
@@ -127,6 +154,7 @@ func (oc *oracleConn) exec(sql string, copyData []byte, collect bool) (oracleRes
 			}
 			res.reported[m.Name] = m.Value
 		case *pgproto3.CopyInResponse:
+			copied = true
 			if copyData != nil {
 				oc.fe.Send(&pgproto3.CopyData{Data: copyData})
 				oc.fe.Send(&pgproto3.CopyDone{})
@@ -135,16 +163,16 @@ func (oc *oracleConn) exec(sql string, copyData []byte, collect bool) (oracleRes
 				oc.fe.Send(&pgproto3.CopyFail{Message: "oracle: no COPY data"})
 			}
 			if err := oc.fe.Flush(); err != nil {
-				return res, fmt.Errorf("oracle: send: %w", err)
+				return res, copied, fmt.Errorf("oracle: send: %w", err)
 			}
 		case *pgproto3.CopyBothResponse:
 			oc.fe.Send(&pgproto3.CopyDone{})
 			if err := oc.fe.Flush(); err != nil {
-				return res, fmt.Errorf("oracle: send: %w", err)
+				return res, copied, fmt.Errorf("oracle: send: %w", err)
 			}
 		case *pgproto3.ReadyForQuery:
 			oc.status = m.TxStatus
-			return res, nil
+			return res, copied, nil
 		}
 	}
 }

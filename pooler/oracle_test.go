@@ -107,16 +107,49 @@ type oracleCause struct {
 	name  string
 	why   string
 	kinds []string // kinds of state (stateKind) it explains; nil for any
-	stmt  func(text string, flags sqllex.Flags) bool
+	stmt  func(s oracleSuspect) bool
 	gap   func(g oracleGap) bool
+}
+
+// oracleSuspect is one statement of a gap's group that could have caused
+// it, with the names of the functions the database defines beyond the
+// built-in ones.
+type oracleSuspect struct {
+	text      string
+	flags     sqllex.Flags
+	userFuncs map[string]bool
+}
+
+// funcCall finds what may be function calls: a name, then "(".
+var funcCall = regexp.MustCompile(`(?i)([a-z_][a-z0-9_$]*|"(?:[^"]|"")+")\s*\(`)
+
+// callsUserFunction reports whether s calls a function the database
+// defines outside pg_catalog and information_schema (DO and CALL aside:
+// they are opaque already).
+func callsUserFunction(s oracleSuspect) bool {
+	if s.flags&(sqllex.DoBlock|sqllex.Call) != 0 {
+		return false
+	}
+	for _, m := range funcCall.FindAllStringSubmatch(s.text, -1) {
+		name := m[1]
+		if strings.HasPrefix(name, `"`) {
+			name = strings.ReplaceAll(name[1:len(name)-1], `""`, `"`)
+		} else {
+			name = strings.ToLower(name)
+		}
+		if s.userFuncs[name] {
+			return true
+		}
+	}
+	return false
 }
 
 // stmtMatch returns a statement matcher for re, which ignores DO and CALL:
 // the code they run is theirs, whatever it spells.
-func stmtMatch(re string) func(string, sqllex.Flags) bool {
+func stmtMatch(re string) func(oracleSuspect) bool {
 	r := regexp.MustCompile(re)
-	return func(text string, flags sqllex.Flags) bool {
-		return flags&(sqllex.DoBlock|sqllex.Call) == 0 && r.MatchString(text)
+	return func(s oracleSuspect) bool {
+		return s.flags&(sqllex.DoBlock|sqllex.Call) == 0 && r.MatchString(s.text)
 	}
 }
 
@@ -143,7 +176,7 @@ var pendingFixes = []oracleCause{
 	{
 		name: "user function with side effects",
 		why:  "a function's body can SET, LISTEN, lock or create temporary objects; the text only shows its call",
-		stmt: stmtMatch(`(?i)\boracle_fn_\w+\s*\(`),
+		stmt: callsUserFunction,
 	},
 	{
 		name:  "set_config with non-literal arguments",
@@ -167,8 +200,8 @@ var newFindings = []oracleCause{
 		name:  "DO or CALL changes parameters",
 		why:   "procedural code SETs or calls set_config; opaque makes the pooler probe pins, not parameters",
 		kinds: []string{"setting", "identity"},
-		stmt: func(_ string, flags sqllex.Flags) bool {
-			return flags&(sqllex.DoBlock|sqllex.Call) != 0
+		stmt: func(s oracleSuspect) bool {
+			return s.flags&(sqllex.DoBlock|sqllex.Call) != 0
 		},
 	},
 	{
@@ -232,6 +265,16 @@ var oracleAllow = []oracleCause{
 	},
 }
 
+// pinKinds are the kinds of state the pooler pins a client for (pin.go);
+// the others (settings, identity) it resets or syncs per item.
+var pinKinds = map[string]bool{"temp": true, "prepared": true, "cursor": true, "listen": true, "advisory": true}
+
+// transactionSettings are run-time parameters that belong to the current
+// transaction, set from default_transaction_* when each one starts:
+// pg_settings may list them with source session after a SET TRANSACTION,
+// but no later transaction sees the value.
+var transactionSettings = []string{"transaction_isolation", "transaction_read_only", "transaction_deferrable"}
+
 // stateKind names the kind of a state item ("setting", "identity", "temp",
 // "prepared", "cursor", "listen", "advisory").
 func stateKind(item string) string {
@@ -291,14 +334,17 @@ type oracleRun struct {
 	group []oracleStep
 
 	// For generated text: end a failed block with ROLLBACK at once, and
-	// commit a block after maxBlock texts, so that most texts run.
+	// commit a block after maxBlock texts, so that most texts run; send
+	// the state query with each text (oracleConn.execThen), which runs it
+	// inside open blocks too. Texts of a corpus run alone.
 	rollbackFailed bool
 	maxBlock       int
+	pipelined      bool
 
 	texts      int // texts sent
 	errors     int // texts the server answered with an error
 	unreadable int // idle points where the state could not be read
-	reconnects int
+	lost       int // sessions lost (a statement outlived its cancel, or killed the session)
 	gaps       []oracleGap
 }
 
@@ -345,7 +391,6 @@ func (r *oracleRun) close() {
 // restart replaces the session, for a broken connection or a new corpus file.
 func (r *oracleRun) restart() {
 	r.close()
-	r.reconnects++
 	if err := r.connect(); err != nil {
 		r.t.Fatalf("oracle: reconnect: %v", err)
 	}
@@ -358,11 +403,20 @@ func (r *oracleRun) readState() ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
+	return stateRows(res)
+}
+
+// stateRows turns oracleStateSQL's answer into a sorted state.
+func stateRows(res oracleResult) ([]string, error) {
 	if res.err != nil {
 		return nil, fmt.Errorf("%s %s", res.err.Code, res.err.Message)
 	}
-	sort.Strings(res.rows)
-	return res.rows, nil
+	rows := slices.DeleteFunc(res.rows, func(item string) bool {
+		name, _, _ := strings.Cut(strings.TrimPrefix(item, "setting "), "=")
+		return stateKind(item) == "setting" && slices.Contains(transactionSettings, name)
+	})
+	sort.Strings(rows)
+	return rows, nil
 }
 
 // run sends text as one simple Query (copyData answers a COPY FROM STDIN)
@@ -372,9 +426,20 @@ func (r *oracleRun) run(text string, copyData []byte) {
 	flags := sqllex.Classify(text).Flags
 	st := oracleStep{text: text, info: info, flags: flags, believed: believesChange(info, flags)}
 	r.texts++
-	res, err := r.conn.exec(text, copyData, false)
+	var (
+		res      oracleResult
+		stateRes oracleResult
+		stateOK  bool
+		err      error
+	)
+	if r.pipelined {
+		res, stateRes, stateOK, err = r.conn.execThen(text, oracleStateSQL)
+	} else {
+		res, err = r.conn.exec(text, copyData, false)
+	}
 	if err != nil {
 		r.t.Logf("oracle: session lost after %.200q: %v", text, err)
+		r.lost++
 		r.restart()
 		return
 	}
@@ -394,7 +459,13 @@ func (r *oracleRun) run(text string, copyData []byte) {
 	case r.conn.status != 'I':
 		return
 	}
-	now, err := r.readState()
+	var now []string
+	switch {
+	case r.pipelined && stateOK:
+		now, err = stateRows(stateRes)
+	default:
+		now, err = r.readState()
+	}
 	if err != nil {
 		// A statement_timeout of a few milliseconds, say: keep the group
 		// open and compare at the next idle point that reads.
@@ -419,10 +490,23 @@ func (r *oracleRun) finish() {
 func (r *oracleRun) compare(now []string) {
 	before, group := r.base, r.group
 	r.base, r.group = now, nil
+	held := map[string]bool{}
+	for _, item := range before {
+		held[stateKind(item)] = true
+	}
 	var added []string
 	for _, item := range now {
-		// Coming back to the login identity is no leak.
-		if _, found := slices.BinarySearch(before, item); !found && item != r.login {
+		if _, found := slices.BinarySearch(before, item); found {
+			continue
+		}
+		switch k := stateKind(item); {
+		case item == r.login:
+			// Coming back to the login identity is no leak.
+		case pinKinds[k] && held[k]:
+			// One more object of a kind the session held already (an
+			// index on a temporary table, a second LISTEN): the pooler
+			// pins by kind and asks the server before unpinning.
+		default:
 			added = append(added, item)
 		}
 	}
@@ -446,12 +530,32 @@ func (r *oracleRun) compare(now []string) {
 		return
 	}
 	g := oracleGap{steps: group, added: added, kinds: kinds, miss: !believed}
-	g.cause = explain(g)
+	g.cause = explain(g, r.userFuncs())
 	r.gaps = append(r.gaps, g)
 }
 
+// userFuncs returns the names of the functions and procedures the database
+// defines outside pg_catalog and information_schema, read on the session
+// (idle) when a gap needs explaining.
+func (r *oracleRun) userFuncs() map[string]bool {
+	res, err := r.conn.exec(`SELECT proname FROM pg_catalog.pg_proc
+		WHERE pronamespace OPERATOR(pg_catalog.<>) 'pg_catalog'::pg_catalog.regnamespace
+		AND pronamespace OPERATOR(pg_catalog.<>) 'information_schema'::pg_catalog.regnamespace`, nil, true)
+	names := map[string]bool{}
+	if err != nil {
+		r.t.Logf("oracle: reading user functions: %v", err)
+		r.lost++
+		r.restart()
+		return names
+	}
+	for _, n := range res.rows {
+		names[n] = true
+	}
+	return names
+}
+
 // explain names the cause that explains g, or returns "" when none does.
-func explain(g oracleGap) string {
+func explain(g oracleGap, userFuncs map[string]bool) string {
 	suspects := g.suspects()
 	for _, list := range []struct {
 		label  string
@@ -468,7 +572,7 @@ func explain(g oracleGap) string {
 				continue
 			}
 			for _, s := range suspects {
-				if c.stmt(s.text, s.flags) {
+				if c.stmt(oracleSuspect{text: s.text, flags: s.flags, userFuncs: userFuncs}) {
 					return list.label + ": " + c.name
 				}
 			}
@@ -503,7 +607,7 @@ func (g oracleGap) suspects() []oracleStep {
 
 // Flags of the oracle's long mode.
 var (
-	oracleN    = flag.Int("oracle.n", 0, "generated texts TestOracleGenerated runs (default 5000, or PGQUIC_ORACLE_N)")
+	oracleN    = flag.Int("oracle.n", 0, "generated texts TestOracleGenerated runs (default 3000, or PGQUIC_ORACLE_N)")
 	oracleSeed = flag.Uint64("oracle.seed", 1, "seed of TestOracleGenerated's generator")
 )
 
@@ -531,14 +635,13 @@ func setupGenerated(t testing.TB, r *oracleRun) {
 		t.Fatalf("oracle setup: %v %v", err, res.err)
 	}
 	r.restart()
-	r.reconnects = 0
-	r.rollbackFailed, r.maxBlock = true, 8
+	r.rollbackFailed, r.maxBlock, r.pipelined = true, 8, true
 }
 
 // TestOracleGenerated runs generated texts (oracleGen) through the oracle:
-// 5000 by default, -oracle.n=1000000 (or PGQUIC_ORACLE_N) for the long run.
+// 3000 by default, -oracle.n=1000000 (or PGQUIC_ORACLE_N) for the long run.
 func TestOracleGenerated(t *testing.T) {
-	n := 5000
+	n := 3000
 	if v, err := strconv.Atoi(os.Getenv("PGQUIC_ORACLE_N")); err == nil && v > 0 {
 		n = v
 	}
@@ -553,7 +656,7 @@ func TestOracleGenerated(t *testing.T) {
 	for i := range n {
 		r.run(g.text(), nil)
 		if i%100000 == 99999 {
-			t.Logf("oracle: %d texts, %v", i+1, time.Since(start).Round(time.Second))
+			t.Logf("oracle: %d generated, %s, %v", i+1, r.counts(), time.Since(start).Round(time.Second))
 		}
 	}
 	r.finish()
@@ -565,6 +668,7 @@ func TestOracleGenerated(t *testing.T) {
 // time on a session that DISCARD ALL returns to its start between inputs.
 func FuzzOracle(f *testing.F) {
 	toks := oracleFuzzTokens()
+	f.Add([]byte{15, 16, 2, 18, 11, 4, 20, 4, 21, 3})
 	c := oracleCluster(f, "postgres")
 	r := newOracleRun(f, c, "postgres")
 	setupGenerated(f, r)
@@ -578,8 +682,11 @@ func FuzzOracle(f *testing.F) {
 		r.run(b.String(), nil)
 		r.finish()
 		for _, g := range r.gaps {
-			if g.miss && g.cause == "" {
+			switch {
+			case g.miss && g.cause == "":
 				t.Errorf("miss: %s\nadded: %q", g.texts(), g.added)
+			default:
+				t.Logf("tolerated (%s): %s\nadded: %q", g.cause, g.texts(), g.added)
 			}
 		}
 		res, err := r.conn.exec("DISCARD ALL", nil, false)
@@ -607,6 +714,21 @@ func oracleFuzzTokens() []string {
 		toks = append(toks, g.statement())
 	}
 	return toks
+}
+
+// counts sums up the run so far in one line.
+func (r *oracleRun) counts() string {
+	misses, unexplained := 0, 0
+	for _, g := range r.gaps {
+		if g.miss {
+			misses++
+			if g.cause == "" {
+				unexplained++
+			}
+		}
+	}
+	return fmt.Sprintf("%d texts, %d answered with an error, %d unreadable states, %d sessions lost, %d misses (%d unexplained), %d kind gaps",
+		r.texts, r.errors, r.unreadable, r.lost, misses, unexplained, len(r.gaps)-misses)
 }
 
 // report logs the run's numbers and findings by cause, and fails the test
@@ -644,8 +766,8 @@ func (r *oracleRun) report(t testing.TB, elapsed time.Duration) {
 		e.n++
 	}
 	sort.Strings(keys)
-	t.Logf("oracle: %d texts, %d answered with an error, %d unreadable states, %d reconnects, %d misses (%d unexplained), %d kind gaps, %v",
-		r.texts, r.errors, r.unreadable, r.reconnects, misses, len(unexplained), kindGaps, elapsed.Round(time.Millisecond))
+	t.Logf("oracle: %d texts, %d answered with an error, %d unreadable states, %d sessions lost, %d misses (%d unexplained), %d kind gaps, %v",
+		r.texts, r.errors, r.unreadable, r.lost, misses, len(unexplained), kindGaps, elapsed.Round(time.Millisecond))
 	for _, k := range keys {
 		e := byCause[k]
 		t.Logf("oracle: %6d × %s\n\texample: %.400s\n\tadded: %q", e.n, k, e.example.texts(), e.example.added)
