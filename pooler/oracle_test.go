@@ -16,8 +16,9 @@ package pooler
 // whose end state gained something (a setting at session level, a new
 // identity, a temporary object, a SQL prepared statement, a WITH HOLD
 // cursor, a LISTEN, a session advisory lock) while no statement of it was
-// believed to change anything is a miss. Losing state is no leak (the
-// pooler at worst keeps a pin longer) and is not a miss.
+// believed to change anything is a miss; one where something was believed,
+// but no statement covers a kind of state that grew, is a kind gap. Losing
+// state is no leak (the pooler at worst keeps a pin longer) and is neither.
 
 import (
 	"context"
@@ -81,7 +82,8 @@ type oracleGap struct {
 	added []string // state items the group created or changed
 	kinds []string // kinds of added state no statement of the group covers
 	miss  bool     // no statement of the group was believed to change anything
-	cause string   // the pendingFixes or oracleAllow entry that explains it, if any
+	cause string   // the pendingFixes, newFindings or oracleAllow entry that explains it, if any
+	why   string   // that entry's reason
 }
 
 // texts returns the group's texts joined for reports.
@@ -530,7 +532,7 @@ func (r *oracleRun) compare(now []string) {
 		return
 	}
 	g := oracleGap{steps: group, added: added, kinds: kinds, miss: !believed}
-	g.cause = explain(g, r.userFuncs())
+	g.cause, g.why = explain(g, r.userFuncs())
 	r.gaps = append(r.gaps, g)
 }
 
@@ -554,8 +556,9 @@ func (r *oracleRun) userFuncs() map[string]bool {
 	return names
 }
 
-// explain names the cause that explains g, or returns "" when none does.
-func explain(g oracleGap, userFuncs map[string]bool) string {
+// explain names the cause that explains g, and its reason, or returns ""
+// when none does.
+func explain(g oracleGap, userFuncs map[string]bool) (cause, why string) {
 	suspects := g.suspects()
 	for _, list := range []struct {
 		label  string
@@ -566,19 +569,19 @@ func explain(g oracleGap, userFuncs map[string]bool) string {
 				continue
 			}
 			if c.gap != nil && c.gap(g) {
-				return list.label + ": " + c.name
+				return list.label + ": " + c.name, c.why
 			}
 			if c.stmt == nil {
 				continue
 			}
 			for _, s := range suspects {
 				if c.stmt(oracleSuspect{text: s.text, flags: s.flags, userFuncs: userFuncs}) {
-					return list.label + ": " + c.name
+					return list.label + ": " + c.name, c.why
 				}
 			}
 		}
 	}
-	return ""
+	return "", ""
 }
 
 // suspects returns the statements of g, one by one, that could have caused
@@ -770,7 +773,7 @@ func (r *oracleRun) report(t testing.TB, elapsed time.Duration) {
 		r.texts, r.errors, r.unreadable, r.lost, misses, len(unexplained), kindGaps, elapsed.Round(time.Millisecond))
 	for _, k := range keys {
 		e := byCause[k]
-		t.Logf("oracle: %6d × %s\n\texample: %.400s\n\tadded: %q", e.n, k, e.example.texts(), e.example.added)
+		t.Logf("oracle: %6d × %s\n\twhy: %s\n\texample: %.400s\n\tadded: %q", e.n, k, e.example.why, e.example.texts(), e.example.added)
 	}
 	for i, g := range unexplained {
 		if i == 20 {
