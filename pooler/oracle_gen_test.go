@@ -100,7 +100,7 @@ func (g *oracleGen) param() (string, string) {
 	case 5:
 		return "enable_seqscan", g.pick("off", "on", "false")
 	case 6:
-		return "oracle.custom", fmt.Sprintf("'v%d'", g.n(3))
+		return g.pick("oracle.custom", "app.tenant_id"), fmt.Sprintf("'v%d'", g.n(3))
 	case 7:
 		return "statement_timeout", g.pick("'4s'", "'7s'", "0")
 	case 8:
@@ -252,7 +252,8 @@ func (g *oracleGen) statement() string {
 	case 19, 20: // user functions
 		return g.pick("SELECT oracle_fn_set('work_mem', '"+fmt.Sprint(64*g.n(30))+"kB')", "SELECT oracle_fn_plain(1)",
 			"SELECT oracle_fn_temp()", "SELECT oracle_fn_listen()", "SELECT oracle_fn_lock()", "SELECT oracle_fn_role()",
-			"SELECT * FROM oracle_t WHERE oracle_fn_set('application_name', 'fn') IS NOT NULL", "SELECT public.oracle_fn_plain(a) FROM oracle_t")
+			"SELECT * FROM oracle_t WHERE oracle_fn_set('application_name', 'fn') IS NOT NULL", "SELECT public.oracle_fn_plain(a) FROM oracle_t",
+			"SELECT oracle_fn_set('app.tenant_id', 't"+fmt.Sprint(g.n(3))+"')")
 	case 21: // triggers and views
 		return g.pick("INSERT INTO oracle_trig VALUES (1)", "SELECT * FROM oracle_view", "DELETE FROM oracle_trig")
 	case 22, 23, 24: // transaction control

@@ -41,7 +41,8 @@ import (
 // of the same server connection could notice. Every name is qualified with
 // pg_catalog and operators are spelled OPERATOR(pg_catalog.=), so what the
 // session did to search_path, or objects it created in pg_temp or public,
-// cannot change what the query means.
+// cannot change what the query means. Custom parameters ("app.tenant")
+// are not in pg_settings: oracleRun.stateSQL adds the ones it knows of.
 const oracleStateSQL = `SELECT pg_catalog.concat('setting ', name, '=', setting) FROM pg_catalog.pg_settings WHERE source OPERATOR(pg_catalog.=) 'session'
 UNION ALL SELECT pg_catalog.concat('identity current_user=', current_user, ' session_user=', session_user, ' role=', pg_catalog.current_setting('role'), ' session_authorization=', pg_catalog.current_setting('session_authorization'))
 UNION ALL SELECT pg_catalog.concat('temp ', relkind, ' ', relname) FROM pg_catalog.pg_class WHERE relnamespace OPERATOR(pg_catalog.=) pg_catalog.pg_my_temp_schema()
@@ -333,7 +334,10 @@ type oracleRun struct {
 
 	base  []string // state at the last idle point
 	login string   // the identity item of a new session
-	group []oracleStep
+
+	custom    []string // custom parameters the texts may set
+	stateText string   // stateSQL's text for custom, "" when to be built
+	group     []oracleStep
 
 	// For generated text: end a failed block with ROLLBACK at once, and
 	// commit a block after maxBlock texts, so that most texts run; send
@@ -398,10 +402,54 @@ func (r *oracleRun) restart() {
 	}
 }
 
+// customName finds custom parameter names ("app.tenant") in string
+// constants, where set_config and current_setting take them.
+var customName = regexp.MustCompile(`'([A-Za-z_][A-Za-z0-9_$]*\.[A-Za-z_][A-Za-z0-9_$.]*)'`)
+
+// noteCustom remembers the custom parameters text may set, so the state
+// query reads them: PostgreSQL lists placeholders in no view, and
+// current_setting needs the name.
+func (r *oracleRun) noteCustom(text string, info sqlInfo) {
+	if !strings.Contains(text, ".") {
+		return
+	}
+	add := func(name string) {
+		name = strings.ToLower(name)
+		if strings.Contains(name, ".") && !slices.Contains(r.custom, name) && len(r.custom) < 200 {
+			r.custom = append(r.custom, name)
+			r.stateText = ""
+		}
+	}
+	for _, name := range slices.Concat(info.params, info.resets) {
+		add(name)
+	}
+	for _, m := range customName.FindAllStringSubmatch(text, -1) {
+		add(m[1])
+	}
+}
+
+// stateSQL returns oracleStateSQL extended with the custom parameters
+// seen so far; an unset one reads as NULL, a reset one as "".
+func (r *oracleRun) stateSQL() string {
+	if r.stateText == "" {
+		r.stateText = oracleStateSQL
+		if len(r.custom) > 0 {
+			quoted := make([]string, len(r.custom))
+			for i, n := range r.custom {
+				quoted[i] = `"` + n + `"`
+			}
+			r.stateText += "\nUNION ALL SELECT pg_catalog.concat('setting ', n, '=', v) FROM pg_catalog.unnest('{" +
+				strings.ReplaceAll(strings.Join(quoted, ","), "'", "''") + "}'::pg_catalog.text[]) n, " +
+				"pg_catalog.current_setting(n, true) v WHERE v OPERATOR(pg_catalog.<>) ''"
+		}
+	}
+	return r.stateText
+}
+
 // readState reads the session's state; the caller makes sure no
 // transaction block is open.
 func (r *oracleRun) readState() ([]string, error) {
-	res, err := r.conn.exec(oracleStateSQL, nil, true)
+	res, err := r.conn.exec(r.stateSQL(), nil, true)
 	if err != nil {
 		return nil, err
 	}
@@ -428,6 +476,7 @@ func (r *oracleRun) run(text string, copyData []byte) {
 	flags := sqllex.Classify(text).Flags
 	st := oracleStep{text: text, info: info, flags: flags, believed: believesChange(info, flags)}
 	r.texts++
+	r.noteCustom(text, info)
 	var (
 		res      oracleResult
 		stateRes oracleResult
@@ -435,7 +484,7 @@ func (r *oracleRun) run(text string, copyData []byte) {
 		err      error
 	)
 	if r.pipelined {
-		res, stateRes, stateOK, err = r.conn.execThen(text, oracleStateSQL)
+		res, stateRes, stateOK, err = r.conn.execThen(text, r.stateSQL())
 	} else {
 		res, err = r.conn.exec(text, copyData, false)
 	}
