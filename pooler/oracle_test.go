@@ -541,26 +541,7 @@ func (r *oracleRun) finish() {
 func (r *oracleRun) compare(now []string) {
 	before, group := r.base, r.group
 	r.base, r.group = now, nil
-	held := map[string]bool{}
-	for _, item := range before {
-		held[stateKind(item)] = true
-	}
-	var added []string
-	for _, item := range now {
-		if _, found := slices.BinarySearch(before, item); found {
-			continue
-		}
-		switch k := stateKind(item); {
-		case item == r.login:
-			// Coming back to the login identity is no leak.
-		case pinKinds[k] && held[k]:
-			// One more object of a kind the session held already (an
-			// index on a temporary table, a second LISTEN): the pooler
-			// pins by kind and asks the server before unpinning.
-		default:
-			added = append(added, item)
-		}
-	}
+	added := grown(before, now, r.login)
 	if len(added) == 0 {
 		return
 	}
@@ -603,6 +584,28 @@ func (r *oracleRun) userFuncs() map[string]bool {
 		names[n] = true
 	}
 	return names
+}
+
+// grown returns the items of the sorted state now that are not in before
+// and could leak to the next client of the connection. Coming back to the
+// login identity is no leak; nor is one more object of a kind the session
+// held already (an index on a temporary table, a second LISTEN): the
+// pooler pins by kind and asks the server before unpinning.
+func grown(before, now []string, login string) []string {
+	held := map[string]bool{}
+	for _, item := range before {
+		held[stateKind(item)] = true
+	}
+	var added []string
+	for _, item := range now {
+		if _, found := slices.BinarySearch(before, item); found {
+			continue
+		}
+		if k := stateKind(item); item != login && !(pinKinds[k] && held[k]) {
+			added = append(added, item)
+		}
+	}
+	return added
 }
 
 // explain names the cause that explains g, and its reason, or returns ""
@@ -830,5 +833,60 @@ func (r *oracleRun) report(t testing.TB, elapsed time.Duration) {
 			break
 		}
 		t.Errorf("oracle: unexplained miss: %.600s\n\tadded: %q", g.texts(), g.added)
+	}
+}
+
+// TestOracleSeesState checks the oracle itself, whatever inspectSQL
+// believes: each statement changes one kind of session state, and the
+// state the oracle reads must show that kind grown; a plain statement must
+// show nothing.
+func TestOracleSeesState(t *testing.T) {
+	c := oracleCluster(t, "postgres")
+	r := newOracleRun(t, c, "postgres")
+	setupGenerated(t, r)
+	for _, tc := range []struct{ sql, kind string }{
+		{"SELECT 1", ""},
+		{"SET work_mem = '3MB'", "setting"},
+		{"SELECT set_config('app.tenant_id', 't7', false)", "setting"},
+		{"UPDATE pg_settings SET setting = '5' WHERE name = 'geqo_threshold'", "setting"},
+		{"BEGIN; SET LOCAL work_mem = '5MB'; COMMIT", ""},
+		{"BEGIN; SET TRANSACTION ISOLATION LEVEL SERIALIZABLE; COMMIT", ""},
+		{"SET ROLE oracle_r2", "identity"},
+		{"SET SESSION AUTHORIZATION oracle_r2", "identity"},
+		{"SELECT 1 AS a INTO pg_temp.seen", "temp"},
+		{"CREATE FUNCTION pg_temp.seen() RETURNS int LANGUAGE sql AS 'SELECT 1'", "temp"},
+		{"CREATE TYPE pg_temp.seen AS ENUM ('a')", "temp"},
+		{"PREPARE seen AS SELECT 1", "prepared"},
+		{"DECLARE seen CURSOR WITH HOLD FOR SELECT 1", "cursor"},
+		{"LISTEN seen", "listen"},
+		{"SELECT pg_advisory_lock(99)", "advisory"},
+		{"SELECT pg_advisory_xact_lock(99)", ""},
+	} {
+		res, err := r.conn.exec("DISCARD ALL", nil, false)
+		if err != nil || res.err != nil {
+			t.Fatalf("DISCARD ALL: %v %v", err, res.err)
+		}
+		r.noteCustom(tc.sql, inspectSQL([]byte(tc.sql)))
+		before, err := r.readState()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res, err = r.conn.exec(tc.sql, nil, false); err != nil || res.err != nil {
+			t.Fatalf("%s: %v %v", tc.sql, err, res.err)
+		}
+		now, err := r.readState()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var kinds []string
+		for _, item := range grown(before, now, r.login) {
+			kinds = append(kinds, stateKind(item))
+		}
+		switch {
+		case tc.kind == "" && len(kinds) > 0:
+			t.Errorf("%s: the oracle saw %q grow, want nothing", tc.sql, kinds)
+		case tc.kind != "" && !slices.Contains(kinds, tc.kind):
+			t.Errorf("%s: the oracle saw %q grow, want %s", tc.sql, kinds, tc.kind)
+		}
 	}
 }
