@@ -187,6 +187,11 @@ func (g *oracleGen) statement() string {
 			"SELECT x FROM (VALUES ("+g.setConfigCall("work_mem", "2MB", false)+")) v(x)",
 			"WITH s AS ("+g.setConfigCall(k, plainV, false)+") SELECT 1",
 			"SELECT 1 WHERE "+g.setConfigCall(k, plainV, false)+" IS NOT NULL",
+			"SELECT set_config(is_local => false, new_value => '"+plainV+"', setting_name => '"+k+"')",
+			"SELECT set_config(new_value => 'oracle_r2', setting_name => 'role', is_local => false)",
+			"COPY (SELECT set_config('work_mem', '2222kB', false)) TO STDOUT",
+			"INSERT INTO oracle_t VALUES (3, 'r') RETURNING set_config('"+k+"', '"+plainV+"', false)",
+			"SELECT set_config('"+k+"' COLLATE \"C\", '"+plainV+"', false)",
 		)
 	case 7: // pg_settings writes
 		return g.pick("UPDATE pg_settings SET setting = '"+fmt.Sprint(64*g.n(30))+"kB' WHERE name = 'work_mem'",
@@ -245,6 +250,8 @@ func (g *oracleGen) statement() string {
 			"$$BEGIN CREATE TEMP TABLE IF NOT EXISTS ot_do (a int); END$$",
 			"$$BEGIN PERFORM pg_advisory_lock(7); END$$",
 			"$$BEGIN NULL; END$$",
+			"$$BEGIN EXECUTE 'SET ROLE oracle_r2'; END$$",
+			"$$BEGIN EXECUTE 'SET oracle.custom = ''do'''; END$$",
 			"'BEGIN SET LOCAL work_mem = 1234; END'",
 		)
 	case 18:
