@@ -437,7 +437,10 @@ func (r *oracleRun) noteCustom(text string, info sqlInfo) {
 }
 
 // stateSQL returns oracleStateSQL extended with the custom parameters
-// seen so far; an unset one reads as NULL, a reset one as "".
+// seen so far that are placeholders (an unset one reads as NULL, a reset
+// one as ""). Once a library defines the parameter (plpgsql.* when the
+// session first runs PL/pgSQL), pg_settings lists it with its source and
+// the placeholder query leaves it alone: its default is no change.
 func (r *oracleRun) stateSQL() string {
 	if r.stateText == "" {
 		r.stateText = oracleStateSQL
@@ -447,8 +450,10 @@ func (r *oracleRun) stateSQL() string {
 				quoted[i] = `"` + n + `"`
 			}
 			r.stateText += "\nUNION ALL SELECT pg_catalog.concat('setting ', n, '=', v) FROM pg_catalog.unnest('{" +
-				strings.ReplaceAll(strings.Join(quoted, ","), "'", "''") + "}'::pg_catalog.text[]) n, " +
-				"pg_catalog.current_setting(n, true) v WHERE v OPERATOR(pg_catalog.<>) ''"
+				strings.ReplaceAll(strings.Join(quoted, ","), "'", "''") + "}'::pg_catalog.text[]) n CROSS JOIN LATERAL " +
+				"pg_catalog.current_setting(n, true) v " +
+				"LEFT JOIN pg_catalog.pg_settings s ON s.name OPERATOR(pg_catalog.=) n " +
+				"WHERE v OPERATOR(pg_catalog.<>) '' AND s.name IS NULL"
 		}
 	}
 	return r.stateText
