@@ -24,6 +24,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"maps"
 	"os"
 	"regexp"
 	"slices"
@@ -794,16 +795,22 @@ func oracleFuzzTokens() []string {
 // counts sums up the run so far in one line.
 func (r *oracleRun) counts() string {
 	misses, unexplained := 0, 0
+	byCause := map[string]int{}
 	for _, g := range r.gaps {
 		if g.miss {
 			misses++
+			byCause[g.cause]++
 			if g.cause == "" {
 				unexplained++
 			}
 		}
 	}
-	return fmt.Sprintf("%d texts, %d answered with an error, %d unreadable states, %d sessions lost, %d misses (%d unexplained), %d kind gaps",
-		r.texts, r.errors, r.unreadable, r.lost, misses, unexplained, len(r.gaps)-misses)
+	causes := slices.Sorted(maps.Keys(byCause))
+	for i, c := range causes {
+		causes[i] = fmt.Sprintf("%s=%d", c, byCause[c])
+	}
+	return fmt.Sprintf("%d texts, %d answered with an error, %d unreadable states, %d sessions lost, %d misses (%d unexplained), %d kind gaps; misses by cause: %s",
+		r.texts, r.errors, r.unreadable, r.lost, misses, unexplained, len(r.gaps)-misses, strings.Join(causes, ", "))
 }
 
 // report logs the run's numbers and findings by cause, and fails the test
