@@ -7,16 +7,19 @@ import (
 )
 
 // oracleSetupSQL creates, once per database, the objects the generated
-// statements use: a role to switch to, a table, and functions, procedures,
+// statements use: two roles to switch between (neither a superuser, so
+// that a switch between them is not reported by ParameterStatus), a table, and functions, procedures,
 // a trigger and a view whose bodies change session state where the text
 // that calls them shows nothing of it.
 const oracleSetupSQL = `
 DO $$BEGIN
   IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'oracle_r2') THEN CREATE ROLE oracle_r2; END IF;
+  IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'oracle_r3') THEN CREATE ROLE oracle_r3; END IF;
 END$$;
 GRANT oracle_r2 TO CURRENT_USER;
+GRANT oracle_r3 TO oracle_r2;
 CREATE TABLE IF NOT EXISTS oracle_t (a int, b text);
-GRANT ALL ON oracle_t TO oracle_r2;
+GRANT ALL ON oracle_t TO oracle_r2, oracle_r3;
 CREATE OR REPLACE FUNCTION oracle_fn_set(k text, v text) RETURNS text LANGUAGE sql AS $$ SELECT pg_catalog.set_config(k, v, false) $$;
 CREATE OR REPLACE FUNCTION oracle_fn_plain(i int) RETURNS int LANGUAGE sql AS $$ SELECT i + 1 $$;
 CREATE OR REPLACE FUNCTION oracle_fn_temp() RETURNS void LANGUAGE plpgsql AS $$BEGIN CREATE TEMP TABLE IF NOT EXISTS oracle_fn_tt (a int); END$$;
@@ -176,7 +179,9 @@ func (g *oracleGen) statement() string {
 	case 4, 5: // set_config
 		kk, vv := k, plainV
 		if g.r.IntN(4) == 0 {
-			kk, vv = "role", "oracle_r2"
+			// Between two roles that are not superusers no
+			// ParameterStatus tells the pooler of the change.
+			kk, vv = "role", g.pick("oracle_r2", "oracle_r3")
 		}
 		return g.pick("SELECT ", "select ", "SELECT 1, ", "SELECT * FROM ") + g.setConfigCall(kk, vv, g.r.IntN(4) == 0)
 	case 6:
@@ -189,6 +194,8 @@ func (g *oracleGen) statement() string {
 			"SELECT 1 WHERE "+g.setConfigCall(k, plainV, false)+" IS NOT NULL",
 			"SELECT set_config(is_local => false, new_value => '"+plainV+"', setting_name => '"+k+"')",
 			"SELECT set_config(new_value => 'oracle_r2', setting_name => 'role', is_local => false)",
+			"SELECT set_config('ro'::text || 'le', '"+g.pick("oracle_r2", "oracle_r3")+"', false)",
+			"SELECT set_config(concat('ro', 'le'), '"+g.pick("oracle_r2", "oracle_r3")+"', false)",
 			"COPY (SELECT set_config('work_mem', '2222kB', false)) TO STDOUT",
 			"INSERT INTO oracle_t VALUES (3, 'r') RETURNING set_config('"+k+"', '"+plainV+"', false)",
 			"SELECT set_config('"+k+"' COLLATE \"C\", '"+plainV+"', false)",
@@ -198,7 +205,7 @@ func (g *oracleGen) statement() string {
 			"update pg_catalog.pg_settings set setting = 'off' where name = 'enable_seqscan'",
 			`UPDATE "pg_settings" SET setting = '5' WHERE name = 'geqo_threshold'`)
 	case 8: // identity
-		return g.pick("SET ROLE oracle_r2", "set role NONE", "RESET ROLE", "SET SESSION ROLE oracle_r2", "SET LOCAL ROLE oracle_r2",
+		return g.pick("SET ROLE oracle_r2", "SET ROLE oracle_r3", "set role NONE", "RESET ROLE", "SET SESSION ROLE oracle_r2", "SET LOCAL ROLE oracle_r2",
 			"SET role = 'oracle_r2'", `SET "role" TO oracle_r2`, "SET SESSION AUTHORIZATION oracle_r2", "RESET SESSION AUTHORIZATION",
 			"SET SESSION AUTHORIZATION DEFAULT", "set session characteristics as transaction isolation level serializable",
 			"SET SESSION CHARACTERISTICS AS TRANSACTION READ ONLY", "RESET default_transaction_read_only")
@@ -251,6 +258,7 @@ func (g *oracleGen) statement() string {
 			"$$BEGIN PERFORM pg_advisory_lock(7); END$$",
 			"$$BEGIN NULL; END$$",
 			"$$BEGIN EXECUTE 'SET ROLE oracle_r2'; END$$",
+			"$$BEGIN EXECUTE 'SET ROLE oracle_r3'; END$$",
 			"$$BEGIN EXECUTE 'SET oracle.custom = ''do'''; END$$",
 			"'BEGIN SET LOCAL work_mem = 1234; END'",
 		)
