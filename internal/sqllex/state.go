@@ -43,7 +43,7 @@ func (h Held) Names() []string {
 // stateFlags holds every flag Holds, Releases or Opaque look at.
 const stateFlags = CreateTemp | Listen | AdvisoryLock | DeclareHold | Prepare |
 	DiscardAll | DiscardTemp | Drop | Unlisten | AdvisoryUnlock | CloseCursor | Deallocate |
-	DoBlock | Call | OpaqueCall
+	DoBlock | Call | OpaqueCall | Execute
 
 // Holds returns the kinds of session state statements with flags f may
 // leave behind: CREATE TEMP (and pg_temp objects, SELECT … INTO TEMP),
@@ -109,9 +109,10 @@ func (f Flags) Releases() Held {
 // show: DO blocks, CALL and calls of functions that are not known
 // harmless built-ins (OpaqueCall) run code that may create temporary
 // tables, LISTEN, take advisory locks, or change the identity and
-// run-time parameters for the session. A caller must find out from the
-// server what they did.
-func (f Flags) Opaque() bool { return f&(DoBlock|Call|OpaqueCall) != 0 }
+// run-time parameters for the session, and EXECUTE runs a statement
+// prepared earlier (PREPARE p AS SELECT set_config(…)) whose text it does
+// not carry. A caller must find out from the server what they did.
+func (f Flags) Opaque() bool { return f&(DoBlock|Call|OpaqueCall|Execute) != 0 }
 
 // StateKind names the first statement of sql that may leave session state
 // behind (see Flags.Holds), for log lines and error messages: "CREATE

@@ -93,8 +93,8 @@ func TestStateKindAllocs(t *testing.T) {
 // FuzzState feeds arbitrary text to the session-state readers: nothing may
 // panic, StateKind names a statement exactly when Holds is not empty, the
 // kinds come from the statements' own flags, and a text whose statements
-// release or hold nothing is not opaque unless it runs DO, CALL or an
-// opaque function call.
+// release or hold nothing is not opaque unless it runs DO, CALL, an
+// opaque function call or EXECUTE.
 func FuzzState(f *testing.F) {
 	for _, tc := range stateCases {
 		f.Add(tc.sql)
@@ -108,7 +108,7 @@ func FuzzState(f *testing.F) {
 		if holds&^HeldAll != 0 || sum.Releases()&^HeldAll != 0 {
 			t.Fatalf("%q: unknown kinds %v/%v", sql, holds, sum.Releases())
 		}
-		if sum.Opaque() != (sum&(DoBlock|Call|OpaqueCall) != 0) {
+		if sum.Opaque() != (sum&(DoBlock|Call|OpaqueCall|Execute) != 0) {
 			t.Fatalf("%q: Opaque = %v with flags %v", sql, sum.Opaque(), sum)
 		}
 		var union Held
