@@ -459,10 +459,9 @@ func (lp *lanePool) join(rd *rider, key string, lim laneLimits) *rider {
 
 // accepts reports whether a request with parameters key may be written on
 // l at now (Unix nanoseconds). Every request on it must be of a kind known
-// to be fast, and the one the server runs must not have taken longer than
-// that already: a query slower than its kind's record (pg_sleep(3) after
-// many pg_sleep(0)) marks its kind slow at once, not when it ends. lp.mu
-// must be held.
+// to be fast, and the one the server runs must not have run longer than a
+// query of such a kind could (a pg_sleep(3) after many pg_sleep(0)): it
+// takes no one behind it from then on. lp.mu must be held.
 func (l *lane) accepts(key string, lim laneLimits, now int64) bool {
 	if l.writing || l.seals > 0 || l.solo || l.err != nil || len(l.riders) == 0 || len(l.riders) >= lim.depth || l.key != key {
 		return false
@@ -472,9 +471,12 @@ func (l *lane) accepts(key string, lim laneLimits, now int64) bool {
 			return false
 		}
 	}
+	// The bound is cancelHold, not the threshold itself: the time since
+	// the head's turn began includes its session waiting for a CPU to read
+	// the replies, which on a saturated machine alone exceeds a few
+	// milliseconds. The head's own answer, when it comes, is observed.
 	head := l.riders[0]
-	if ran := time.Duration(now - head.since); ran > lim.fast {
-		lim.lat.observe(head.fp, ran)
+	if time.Duration(now-head.since) > lim.cancelHold() {
 		head.fast = false
 		return false
 	}
@@ -925,9 +927,10 @@ func (s *session) abortWriteLocked(a *attachment) {
 // latTable keeps, per query fingerprint, the slowest recent answer of the
 // server, for the pipelining policy. A fingerprint leaves constants out, so
 // one kind covers pg_sleep(0) and pg_sleep(3): the worst time counts, not
-// the mean, and it falls back only slowly (by a sixteenth of the distance
-// per faster answer), so one slow answer keeps a kind slow for dozens of
-// answers. Fingerprints share slots by hash; a slow kind of query makes its
+// the mean, and it falls back by a quarter of the distance per faster
+// answer, so one very slow answer keeps a kind slow for a couple of dozen
+// answers while a few milliseconds of scheduling delay on a busy machine
+// pass after two or three. Fingerprints share slots by hash; a slow kind of query makes its
 // slot slow for every kind sharing it, which only makes the pooler more
 // careful.
 type latTable struct {
@@ -947,7 +950,7 @@ func (t *latTable) observe(fp uint64, d time.Duration) {
 	if old := e.worst.Load(); n == 0 || us >= old {
 		e.worst.Store(us)
 	} else {
-		e.worst.Store(old - (old-us)/16)
+		e.worst.Store(old - (old-us)/4)
 	}
 	if n < latMinSamples {
 		e.n.Store(n + 1)
