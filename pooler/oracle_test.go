@@ -163,7 +163,10 @@ func stmtMatch(re string) func(oracleSuspect) bool {
 // a pg_temp table, and calls of user functions the lexer cannot prove
 // harmless (they become opaque). The test tolerates them with a t.Log so
 // this branch stays green; whoever merges the lexer fixes empties this
-// list, after which any of them failing again is a regression.
+// list, after which any of them failing again is a regression. (On a trial
+// merge with main at 4890666, which has those fixes, an empty list left
+// TestOracleGenerated at 20,000 texts and TestOracleRegress without an
+// unexplained miss. callsUserFunction then has no user left: delete it.)
 var pendingFixes = []oracleCause{
 	{
 		name:  "UPDATE pg_settings",
