@@ -30,31 +30,26 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/pgquic/pgquic/backend"
+	"github.com/pgquic/pgquic/internal/driversuite"
 	"github.com/pgquic/pgquic/internal/pgcluster"
 	"github.com/pgquic/pgquic/pooler"
 	"github.com/pgquic/pgquic/pooler/auth"
 )
 
-// Mode names a way of reaching PostgreSQL.
-type Mode string
+// Mode names a way of reaching PostgreSQL: directly, or through pgquic in
+// session or transaction mode. It is the driver suites' (driversuite.Mode),
+// so both runners read the same --modes.
+type Mode = driversuite.Mode
 
+// The modes.
 const (
-	// Direct runs the suite against PostgreSQL itself: the reference.
-	Direct Mode = "direct"
-	// Session goes through pgquic in session mode.
-	Session Mode = "session"
-	// Transaction goes through pgquic in transaction mode.
-	Transaction Mode = "transaction"
+	Direct      = driversuite.Direct
+	Session     = driversuite.Session
+	Transaction = driversuite.Transaction
 )
 
 // ParseMode checks a mode name given on a command line.
-func ParseMode(s string) (Mode, error) {
-	switch m := Mode(s); m {
-	case Direct, Session, Transaction:
-		return m, nil
-	}
-	return "", fmt.Errorf("pgregress: unknown mode %q (want direct, session or transaction)", s)
-}
+func ParseMode(s string) (Mode, error) { return driversuite.ParseMode(s) }
 
 // Database is the database the suite runs in, created for each run.
 const Database = "regression"
