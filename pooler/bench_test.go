@@ -65,6 +65,13 @@ func (c *rawClient) roundTrip(tb testing.TB, req []byte) {
 	}
 }
 
+// createAccounts creates the one-row table pgbenchSelect reads.
+func (c *rawClient) createAccounts(tb testing.TB) {
+	c.roundTrip(tb, appendMsg(nil, 'Q', []byte(
+		"CREATE TABLE IF NOT EXISTS pgbench_accounts (aid int PRIMARY KEY, abalance int);"+
+			"INSERT INTO pgbench_accounts VALUES (42, 0) ON CONFLICT DO NOTHING"), []byte{0}))
+}
+
 // appendMsg appends a frontend message of type typ with body parts.
 func appendMsg(b []byte, typ byte, parts ...[]byte) []byte {
 	n := 4
@@ -106,10 +113,7 @@ func pgbenchSelect() []byte {
 func BenchmarkQuery(b *testing.B) {
 	ctx := context.Background()
 	h := newHarness(b, harnessOpts{cluster: sharedCluster(b), poolSize: 2, minPool: 2})
-	setup := newRawClient(ctx, b, h)
-	setup.roundTrip(b, appendMsg(nil, 'Q', []byte(
-		"CREATE TABLE IF NOT EXISTS pgbench_accounts (aid int PRIMARY KEY, abalance int);"+
-			"INSERT INTO pgbench_accounts VALUES (42, 0) ON CONFLICT DO NOTHING"), []byte{0}))
+	newRawClient(ctx, b, h).createAccounts(b)
 	for _, bc := range []struct {
 		name string
 		req  []byte
@@ -137,9 +141,7 @@ func TestQueryAllocs(t *testing.T) {
 	ctx := context.Background()
 	h := newHarness(t, harnessOpts{cluster: sharedCluster(t), poolSize: 2, minPool: 2})
 	c := newRawClient(ctx, t, h)
-	c.roundTrip(t, appendMsg(nil, 'Q', []byte(
-		"CREATE TABLE IF NOT EXISTS pgbench_accounts (aid int PRIMARY KEY, abalance int);"+
-			"INSERT INTO pgbench_accounts VALUES (42, 0) ON CONFLICT DO NOTHING"), []byte{0}))
+	c.createAccounts(t)
 	for name, req := range map[string][]byte{
 		"simple":   appendMsg(nil, 'Q', []byte("SELECT 1"), []byte{0}),
 		"extended": pgbenchSelect(),
@@ -199,9 +201,7 @@ func TestRequestPathCost(t *testing.T) {
 	ctx := context.Background()
 	h := newHarness(t, harnessOpts{cluster: sharedCluster(t), poolSize: 2, minPool: 2})
 	c := newRawClient(ctx, t, h)
-	c.roundTrip(t, appendMsg(nil, 'Q', []byte(
-		"CREATE TABLE IF NOT EXISTS pgbench_accounts (aid int PRIMARY KEY, abalance int);"+
-			"INSERT INTO pgbench_accounts VALUES (42, 0) ON CONFLICT DO NOTHING"), []byte{0}))
+	c.createAccounts(t)
 	const n = 2000
 	for _, tc := range []struct {
 		name     string
