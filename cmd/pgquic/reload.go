@@ -17,8 +17,8 @@ import (
 
 	"github.com/pgquic/pgquic/backend"
 	"github.com/pgquic/pgquic/config"
+	"github.com/pgquic/pgquic/internal/pgauth"
 	"github.com/pgquic/pgquic/pooler"
-	"github.com/pgquic/pgquic/pooler/auth"
 )
 
 // reloadable holds what a configuration reload replaces while sessions run.
@@ -28,7 +28,7 @@ import (
 type reloadable struct {
 	cfg     atomic.Pointer[config.Config]
 	manager atomic.Pointer[backend.Manager]
-	authn   atomic.Pointer[auth.Authenticator]
+	authn   atomic.Pointer[pgauth.Authenticator]
 	cert    atomic.Pointer[tls.Certificate]
 	mu      sync.Mutex // serialises reloads and the final close
 	closed  bool       // the server shut down: reloads are refused

@@ -19,9 +19,9 @@ import (
 
 	"github.com/pgquic/pgquic/backend"
 	"github.com/pgquic/pgquic/config"
+	"github.com/pgquic/pgquic/internal/pgauth"
 	"github.com/pgquic/pgquic/internal/pgcluster"
 	"github.com/pgquic/pgquic/pooler"
-	"github.com/pgquic/pgquic/pooler/auth"
 	"github.com/pgquic/pgquic/quicfront"
 	"github.com/pgquic/pgquic/tcpfront"
 )
@@ -322,18 +322,18 @@ func loadTLS(cfg *config.Config) (*tls.Config, error) {
 
 // newAuthenticator builds the client authenticator, reading the userlist
 // when the method needs one.
-func newAuthenticator(cfg *config.Config) (*auth.Authenticator, error) {
-	method, err := auth.ParseMethod(cfg.Auth.Method)
+func newAuthenticator(cfg *config.Config) (*pgauth.Authenticator, error) {
+	method, err := pgauth.ParseMethod(cfg.Auth.Method)
 	if err != nil {
 		return nil, err
 	}
-	ac := auth.Config{Method: method, TrustLoopbackOnly: cfg.Auth.TrustLoopbackOnly}
+	ac := pgauth.Config{Method: method, TrustLoopbackOnly: cfg.Auth.TrustLoopbackOnly}
 	if cfg.Auth.File != "" {
-		if ac.Users, err = auth.LoadUserlist(cfg.Auth.File); err != nil {
+		if ac.Users, err = pgauth.LoadUserlist(cfg.Auth.File); err != nil {
 			return nil, fmt.Errorf("auth file: %w", err)
 		}
 	}
-	a, err := auth.New(ac)
+	a, err := pgauth.New(ac)
 	if err != nil {
 		return nil, err
 	}
