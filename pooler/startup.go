@@ -356,7 +356,11 @@ func (s *session) login(ctx context.Context, sp *startupParams, authenticated fu
 	s.user, s.database = sp.user, sp.db
 	s.log = s.logger(true)
 
-	if p.cfg.Auth != nil {
+	trusted, refusal := s.edgeLogin(sp)
+	if refusal != nil {
+		return s.fail(refusal)
+	}
+	if !trusted && p.cfg.Auth != nil {
 		if err := p.cfg.Auth.Authenticate(ctx, s, sp.user, s.peer.Addr); err != nil {
 			var pe *PGError
 			var coded interface{ SQLState() string }

@@ -65,6 +65,13 @@ type DialerConfig struct {
 	PinSHA256 string
 	// Insecure skips verification of the server. Development only.
 	Insecure bool
+	// CertFile and KeyFile, both or neither, are a PEM certificate and key
+	// the client presents to the pooler (mutual TLS). A pooler started with
+	// --edge-trust that lists the certificate's SHA-256 fingerprint trusts
+	// the client as an edge: its sessions for the users and databases listed
+	// start without a password exchange (what local startup needs). Other
+	// poolers ignore it. Default: no client certificate.
+	CertFile, KeyFile string
 	// TLSConfig, when set, is the base TLS configuration (cloned); ServerName,
 	// NextProtos and MinVersion (TLS 1.3) are filled in when unset.
 	TLSConfig *tls.Config
@@ -239,6 +246,16 @@ func (d *Dialer) LookupFunc() func(ctx context.Context, host string) ([]string, 
 
 // Addr returns the pooler address the Dialer dials.
 func (d *Dialer) Addr() string { return d.cfg.Addr }
+
+// CertFingerprint returns the SHA-256 fingerprint of the client certificate
+// the dialer presents (DialerConfig.CertFile), the value a pooler's
+// edge-trust file lists, or "" when it presents none.
+func (d *Dialer) CertFingerprint() string {
+	if len(d.tlsConf.Certificates) == 0 || len(d.tlsConf.Certificates[0].Certificate) == 0 {
+		return ""
+	}
+	return Fingerprint(d.tlsConf.Certificates[0].Certificate[0])
+}
 
 // Stats reports the live connections, their open streams and packets.
 func (d *Dialer) Stats() DialerStats {

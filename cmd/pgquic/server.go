@@ -104,8 +104,13 @@ func startServer(ctx context.Context, cfg *config.Config, logger *slog.Logger) (
 	if err != nil {
 		return nil, err
 	}
+	edges, err := loadEdgeTrust(cfg)
+	if err != nil {
+		return nil, err
+	}
 	s.live.cfg.Store(cfg)
 	s.live.authn.Store(authn)
+	s.live.edges.Store(edges)
 	if tlsConf != nil {
 		s.live.cert.Store(&tlsConf.Certificates[0])
 	}
@@ -135,6 +140,7 @@ func startServer(ctx context.Context, cfg *config.Config, logger *slog.Logger) (
 		RoleChanges:            pooler.RoleChangePolicy(cfg.RoleChanges),
 		SessionState:           pooler.SessionStatePolicy(cfg.SessionState),
 		Auth:                   &s.live,
+		EdgeTrust:              &s.live,
 	}, &s.live, logger.With("component", "pooler"), s.reg)
 	if err != nil {
 		return nil, fmt.Errorf("pooler: %w", err)
@@ -340,6 +346,15 @@ func newAuthenticator(cfg *config.Config) (*pgauth.Authenticator, error) {
 	return a, nil
 }
 
+// loadEdgeTrust reads the edge_trust file, nil when none is configured
+// (no certificate is trusted).
+func loadEdgeTrust(cfg *config.Config) (*pgauth.EdgeTrust, error) {
+	if cfg.EdgeTrust == "" {
+		return nil, nil
+	}
+	return pgauth.LoadEdgeTrust(cfg.EdgeTrust)
+}
+
 func (s *server) logReady() {
 	attrs := []any{"mode", s.cfg.Mode, "auth", s.cfg.Auth.Method}
 	if s.tcp != nil {
@@ -354,6 +369,9 @@ func (s *server) logReady() {
 		}
 	} else {
 		attrs = append(attrs, "quic", "disabled")
+	}
+	if n := s.live.edges.Load().Len(); n > 0 {
+		attrs = append(attrs, "trusted_edges", n)
 	}
 	if s.metrics != nil {
 		attrs = append(attrs, "metrics", "http://"+s.metrics.Addr().String()+"/metrics")
