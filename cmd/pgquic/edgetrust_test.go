@@ -52,7 +52,6 @@ func edgeTrustServer(t *testing.T, trust func(super string) string) (*server, *l
 	}
 	write(trust(cluster.SuperUser))
 	cfg := testConfig(cluster.SuperURL("postgres"))
-	cfg.MetricsListen = ""
 	cfg.Auth.Method, cfg.Auth.File = "scram-sha-256", users
 	cfg.EdgeTrust = trustFile
 	srv, logs, _ := startTestServer(t, cfg)
