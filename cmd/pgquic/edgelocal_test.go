@@ -14,6 +14,8 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgproto3"
+
+	"github.com/pgquic/pgquic/quicclient"
 )
 
 // startEdge runs the edge subcommand's wiring until the test ends and
@@ -251,4 +253,68 @@ func paramValue(msgs []pgproto3.BackendMessage, name string) string {
 		}
 	}
 	return ""
+}
+
+// TestQuicclientLocalStartup: quicclient's DialFunc with LocalStartup and
+// a trusted certificate, over real QUIC to serve and PostgreSQL: the first
+// session takes the ordinary path, the next starts without a stream (one
+// is opened when the first request goes out), queries run, and a cancel
+// with the key pgx was handed reaches the query.
+func TestQuicclientLocalStartup(t *testing.T) {
+	edgeCert, edgeKey, edgeFP := clientCert(t)
+	srv, _, cluster, _ := edgeTrustServer(t, func(super string) string {
+		return fmt.Sprintf("%s %s postgres\n", edgeFP, super)
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	d, err := quicclient.NewDialer(quicclient.DialerConfig{Addr: srv.quic.Addr().String(), Conns: 1,
+		PinSHA256: srv.quic.Fingerprint(), CertFile: edgeCert, KeyFile: edgeKey, LocalStartup: true}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	pcfg, err := pgconn.ParseConfig(fmt.Sprintf("postgres://%s@quic/postgres?sslmode=disable", cluster.SuperUser))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pcfg.DialFunc, pcfg.LookupFunc = d.DialFunc(), d.LookupFunc()
+	for i := range 2 {
+		// The previous session's stream closes behind its connection.
+		waitFor(t, func() bool { return d.Stats().Streams == 0 })
+		c, err := pgconn.ConnectConfig(ctx, pcfg)
+		if err != nil {
+			t.Fatalf("session %d: %v", i, err)
+		}
+		if i == 1 {
+			if n := d.Stats().Streams; n != 0 {
+				t.Errorf("a local startup opened %d streams before its first request", n)
+			}
+		}
+		res, err := c.Exec(ctx, "SELECT current_user").ReadAll()
+		if err != nil || string(res[0].Rows[0][0]) != cluster.SuperUser {
+			t.Fatalf("session %d: %v %v", i, res, err)
+		}
+		if i == 1 {
+			errc := make(chan error, 1)
+			go func() { _, err := c.Exec(ctx, "SELECT pg_sleep(60)").ReadAll(); errc <- err }()
+			waitFor(t, func() bool {
+				var n string
+				q, err := pgconn.ConnectConfig(ctx, pcfg)
+				if err == nil {
+					if res, err := q.Exec(ctx, "SELECT count(*) FROM pg_stat_activity WHERE query = 'SELECT pg_sleep(60)' AND state = 'active'").ReadAll(); err == nil {
+						n = string(res[0].Rows[0][0])
+					}
+					q.Close(ctx)
+				}
+				return n == "1"
+			})
+			if err := c.CancelRequest(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if err := <-errc; sqlState(err) != "57014" {
+				t.Errorf("cancelled query: %v, want 57014", err)
+			}
+		}
+		c.Close(ctx)
+	}
 }
