@@ -104,6 +104,11 @@ func New(cfg Config, logger *slog.Logger, reg prometheus.Registerer) (*Edge, err
 	if cfg.StartupTimeout == 0 {
 		cfg.StartupTimeout = DefaultStartupTimeout
 	}
+	if cfg.LocalAuth == nil && cfg.Dialer.CertFingerprint() != "" {
+		// A pooler that trusts the certificate asks no password: passing
+		// local clients through would let anyone who reaches Listen in.
+		return nil, errors.New("edge: the Dialer presents a client certificate, so LocalAuth is required: the edge must authenticate the clients the pooler will trust")
+	}
 	if cfg.LocalStartup && cfg.LocalAuth == nil {
 		return nil, errors.New("edge: LocalStartup needs LocalAuth: the edge answers only clients it authenticated")
 	}

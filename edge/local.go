@@ -13,14 +13,15 @@ import (
 	"github.com/jackc/pgx/v5/pgproto3"
 
 	"github.com/pgquic/pgquic/internal/localstart"
+	"github.com/pgquic/pgquic/internal/pgauth"
 	"github.com/pgquic/pgquic/internal/pgproto"
 )
 
-// Bounds on a local client's authentication messages, PostgreSQL's own
-// (the pooler applies the same, see pooler/startup.go).
+// Bounds on a local client's authentication messages, PostgreSQL's own, as
+// the pooler applies them.
 const (
-	maxPasswordPacketLen = 65535
-	maxSASLMessageLen    = 1024
+	maxPasswordPacketLen = pgauth.MaxPasswordPacketLen
+	maxSASLMessageLen    = pgauth.MaxSASLMessageLen
 )
 
 // runLocal serves one local client with LocalAuth: it reads the startup,

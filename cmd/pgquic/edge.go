@@ -130,6 +130,11 @@ func parseEdgeFlags(args []string, stdout, stderr io.Writer) (edgeConfig, error)
 	if (ec.cert == "") != (ec.key == "") {
 		errs = append(errs, errors.New("--cert and --key go together"))
 	}
+	if ec.cert != "" && ec.localAuth == "" {
+		// A pooler that trusts the certificate asks no password: passing
+		// local clients through would let anyone on this host in.
+		errs = append(errs, errors.New("--cert needs --local-auth: a pooler trusting the certificate lets the edge's clients in without a password, so the edge must authenticate them"))
+	}
 	if ec.localStartup && ec.localAuth == "" {
 		errs = append(errs, errors.New("--local-startup needs --local-auth: the edge answers only clients it authenticated"))
 	}

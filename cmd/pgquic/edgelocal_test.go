@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"os"
@@ -316,5 +317,31 @@ func TestQuicclientLocalStartup(t *testing.T) {
 			}
 		}
 		c.Close(ctx)
+	}
+}
+
+// TestEdgeLocalFlags: the local-startup flags that would let a client in
+// without authentication, or make no sense, exit 2 naming the flag.
+func TestEdgeLocalFlags(t *testing.T) {
+	base := []string{"--pooler", "127.0.0.1:1", "--insecure"}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--cert", "c", "--key", "k"}, "--cert needs --local-auth"},
+		{[]string{"--cert", "c"}, "--cert and --key go together"},
+		{[]string{"--local-startup"}, "--local-startup needs --local-auth"},
+		{[]string{"--local-auth", "trust", "--listen", "0.0.0.0:5433"}, "--local-auth trust"},
+		{[]string{"--local-auth", "scram-sha-256"}, "--local-auth scram-sha-256 needs --auth-file"},
+		{[]string{"--local-auth", "password", "--auth-file", "f"}, `--local-auth "password"`},
+		{[]string{"--auth-file", "f"}, "--auth-file needs --local-auth"},
+	} {
+		var stdout, stderr strings.Builder
+		if code := runEdge(context.Background(), append(base, tc.args...), &stdout, &stderr); code != 2 || !strings.Contains(stderr.String(), tc.want) {
+			t.Errorf("edge %v: exit %d, stderr %q, want 2 and %q", tc.args, code, stderr.String(), tc.want)
+		}
+	}
+	if _, err := parseEdgeFlags(append(base, "--local-auth", "trust", "--listen", "localhost:5433", "--local-startup"), io.Discard, io.Discard); err != nil {
+		t.Errorf("trust on localhost: %v", err)
 	}
 }

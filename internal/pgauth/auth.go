@@ -64,6 +64,19 @@ func ParseMethod(s string) (Method, error) {
 	}
 }
 
+// Bounds on a client's authentication messages, PostgreSQL's own, counting
+// the 4-byte length word as pq_getmessage does. A password packet (cleartext
+// or md5) is read with PG_MAX_AUTH_TOKEN_LENGTH, 65535 bytes
+// (recv_password_packet in src/backend/libpq/auth.c; older releases read it
+// with a limit of 1000); a SASLInitialResponse or SASLResponse with
+// PG_MAX_SASL_MESSAGE_LENGTH, 1024 bytes (CheckSASLAuth in
+// src/backend/libpq/auth-sasl.c). Until a client has authenticated nothing
+// larger is read from it; the pooler's MaxMessageLen applies only afterwards.
+const (
+	MaxPasswordPacketLen = 65535
+	MaxSASLMessageLen    = 1024
+)
+
 // ErrProtocol reports a client message that breaks the authentication
 // protocol (a malformed SASL message, a wrong mechanism, a request for
 // channel binding). The pooler should answer it with SQLSTATE 08P01, as
