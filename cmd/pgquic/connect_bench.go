@@ -8,6 +8,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"html"
 	"io"
 	"log/slog"
 	"os"
@@ -27,7 +28,7 @@ import (
 	"github.com/pgquic/pgquic/quicfront"
 )
 
-const connectBenchUsage = `Usage: pgquic connect-bench [--rtt 150ms] [--n 20] [--paths tcp,...] [--json FILE]
+const connectBenchUsage = `Usage: pgquic connect-bench [--rtt 150ms] [--n 20] [--paths tcp,...] [--json FILE] [--html FILE]
 
 Measures a new session's time to first row (connect, then SELECT 1 and its
 result) on each path across the WAN relay, beside the model's round trips:
@@ -79,6 +80,7 @@ func runConnectBench(ctx context.Context, args []string, stdout, stderr io.Write
 	n := fs.Int("n", 20, "new sessions per path")
 	pathsFlag := fs.String("paths", "", "comma-separated `paths` to run (default: all)")
 	jsonFile := fs.String("json", "", "write the results as JSON to `FILE`")
+	htmlFile := fs.String("html", "", "write a self-contained page with a chart of the results to `FILE`")
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), connectBenchUsage)
 		fs.PrintDefaults()
@@ -125,7 +127,46 @@ func runConnectBench(ctx context.Context, args []string, stdout, stderr io.Write
 			return 1
 		}
 	}
+	if *htmlFile != "" {
+		if err := os.WriteFile(*htmlFile, connectBenchHTML(rep), 0o644); err != nil {
+			fmt.Fprintf(stderr, "pgquic connect-bench: %v\n", err)
+			return 1
+		}
+	}
 	return 0
+}
+
+// connectBenchHTML renders the report as one page with no network
+// fetches: a bar chart of each path's median and p99 beside its model.
+func connectBenchHTML(rep *connectReport) []byte {
+	var b strings.Builder
+	top := 1.0
+	for _, r := range rep.Paths {
+		top = max(top, r.P99MS, r.ModelMS)
+	}
+	const rowH, left, width = 34, 120, 600
+	h := rowH*len(rep.Paths) + 40
+	fmt.Fprintf(&b, "<!doctype html><meta charset=utf-8><title>pgquic connect-bench</title>\n")
+	fmt.Fprintf(&b, "<h1>Time to first row of a new session</h1><p>RTT %.0f ms (WAN emulator: %s mode), %d sessions per path, %s.</p>\n",
+		rep.RTTMS, html.EscapeString(rep.WAN), rep.N, html.EscapeString(rep.Date))
+	fmt.Fprintf(&b, "<svg xmlns='http://www.w3.org/2000/svg' width='%d' height='%d' font-family='sans-serif' font-size='12'>\n", left+width+80, h)
+	scale := func(v float64) float64 { return v / top * width }
+	for i, r := range rep.Paths {
+		y := 10 + i*rowH
+		fmt.Fprintf(&b, "<text x='0' y='%d'>%s</text>\n", y+14, html.EscapeString(r.Path))
+		fmt.Fprintf(&b, "<rect x='%d' y='%d' width='%.1f' height='10' fill='#bbb'><title>p99 %.1f ms</title></rect>\n", left, y, scale(r.P99MS), r.P99MS)
+		fmt.Fprintf(&b, "<rect x='%d' y='%d' width='%.1f' height='10' fill='#36c'><title>median %.1f ms</title></rect>\n", left, y, scale(r.MedianMS), r.MedianMS)
+		fmt.Fprintf(&b, "<line x1='%.1f' x2='%.1f' y1='%d' y2='%d' stroke='#c33' stroke-width='2'><title>model %d RTT = %.0f ms</title></line>\n",
+			float64(left)+scale(r.ModelMS), float64(left)+scale(r.ModelMS), y-3, y+13, r.ModelRoundTrips, r.ModelMS)
+		fmt.Fprintf(&b, "<text x='%.1f' y='%d'>%.0f ms</text>\n", float64(left)+scale(r.P99MS)+6, y+10, r.MedianMS)
+	}
+	fmt.Fprintf(&b, "<text x='%d' y='%d'>blue: median, grey: p99, red: the model's round trips</text></svg>\n", left, h-8)
+	b.WriteString("<table border=1 cellpadding=4><tr><th>path<th>model<th>model ms<th>median ms<th>p99 ms</tr>\n")
+	for _, r := range rep.Paths {
+		fmt.Fprintf(&b, "<tr><td>%s<td>%d RTT<td>%.0f<td>%.1f<td>%.1f</tr>\n", html.EscapeString(r.Path), r.ModelRoundTrips, r.ModelMS, r.MedianMS, r.P99MS)
+	}
+	b.WriteString("</table>\n")
+	return []byte(b.String())
 }
 
 // connectBench sets up the poolers, relays and edges and measures paths.

@@ -42,8 +42,9 @@ func TestConnectBench(t *testing.T) {
 		t.Skip(err)
 	}
 	out := filepath.Join(t.TempDir(), "connect.json")
+	page := filepath.Join(t.TempDir(), "connect.html")
 	var stdout, stderr strings.Builder
-	if code := runConnectBench(context.Background(), []string{"--rtt", "20ms", "--n", "3", "--json", out}, &stdout, &stderr); code != 0 {
+	if code := runConnectBench(context.Background(), []string{"--rtt", "20ms", "--n", "3", "--json", out, "--html", page}, &stdout, &stderr); code != 0 {
 		t.Fatalf("exit %d: %s", code, stderr.String())
 	}
 	b, err := os.ReadFile(out)
@@ -74,6 +75,15 @@ func TestConnectBench(t *testing.T) {
 		if !strings.Contains(stdout.String(), p.Path) {
 			t.Errorf("the table lacks %s:\n%s", p.Path, stdout.String())
 		}
+	}
+	html, err := os.ReadFile(page)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// One page, no fetches: a median and a p99 bar per path.
+	if p := string(html); !strings.Contains(p, "<svg") || strings.Count(p, "<rect") != 2*len(connectPaths) ||
+		!strings.Contains(p, "edge-local") || strings.Contains(p, "src=") || strings.Contains(p, "<link") {
+		t.Errorf("the page lacks its chart or fetches something:\n%s", p)
 	}
 	if !(med["edge-local"] < med["edge"] && med["edge"] < med["quic"]) {
 		t.Errorf("medians %v: want edge-local < edge < quic", med)
