@@ -208,6 +208,15 @@ type Config struct {
 	// Auth selects how clients authenticate to the pooler.
 	Auth Auth `yaml:"auth"`
 
+	// EdgeTrust is a file of trusted edges, one per line:
+	// `SHA256-FINGERPRINT USERS DATABASES` (comma lists, "*" for any). A
+	// QUIC client presenting a listed certificate may open sessions for
+	// those users and databases without a password exchange (the edge
+	// authenticated its local clients itself); other users or databases
+	// get 28000. A certificate not listed asserts nothing. Read again at
+	// every reload. Default: none, no certificate is trusted.
+	EdgeTrust string `yaml:"edge_trust"`
+
 	// AdminUsers may use the admin console, the virtual databases "pgquic"
 	// and "pgbouncer" (SHOW POOLS, PAUSE...), after authenticating like any
 	// client. A YAML list or, as in PgBouncer's admin_users, one

@@ -8,7 +8,6 @@ package edge
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -21,9 +20,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/pgquic/pgquic/internal/defaults"
+	"github.com/pgquic/pgquic/internal/localstart"
+	"github.com/pgquic/pgquic/internal/pgauth"
 	"github.com/pgquic/pgquic/internal/pgproto"
 	"github.com/pgquic/pgquic/internal/quicwire"
-	"github.com/pgquic/pgquic/internal/wire"
 	"github.com/pgquic/pgquic/quicclient"
 )
 
@@ -42,6 +42,21 @@ type Config struct {
 	// startup packet, and then how long opening its stream may take.
 	// Default 10s.
 	StartupTimeout time.Duration
+	// LocalAuth, when set, makes the edge authenticate its local clients
+	// itself, with pgauth's methods and userlist as serve does, before it
+	// opens a stream: a wrong password gets 28P01 here and the pooler hears
+	// nothing. The pooler must then trust the Dialer's certificate as an
+	// edge for those users (serve --edge-trust); a pooler that asks for a
+	// password refuses the session (28000). The edge hands out its own
+	// BackendKeyData and routes cancels with it. Default nil: every byte is
+	// passed through and the pooler authenticates.
+	LocalAuth *pgauth.Authenticator
+	// LocalStartup (with LocalAuth) answers a startup locally once a
+	// greeting for the same user, database and startup parameters was
+	// seen, and sends the StartupMessage and the first request to the
+	// pooler in one flight (internal/localstart): a new session's first row
+	// one round trip away. Default false.
+	LocalStartup bool
 }
 
 // Edge is the sidecar: a local TCP listener whose every connection becomes
@@ -54,6 +69,10 @@ type Edge struct {
 	sessions      prometheus.Gauge
 	sessionsTotal prometheus.Counter
 	dialErrors    prometheus.Counter
+
+	local         *localstart.Server // nil without LocalAuth
+	authFailures  prometheus.Counter
+	localStartups prometheus.Counter
 
 	baseCtx    context.Context
 	baseCancel context.CancelFunc
@@ -85,6 +104,14 @@ func New(cfg Config, logger *slog.Logger, reg prometheus.Registerer) (*Edge, err
 	if cfg.StartupTimeout == 0 {
 		cfg.StartupTimeout = DefaultStartupTimeout
 	}
+	if cfg.LocalAuth == nil && cfg.Dialer.CertFingerprint() != "" {
+		// A pooler that trusts the certificate asks no password: passing
+		// local clients through would let anyone who reaches Listen in.
+		return nil, errors.New("edge: the Dialer presents a client certificate, so LocalAuth is required: the edge must authenticate the clients the pooler will trust")
+	}
+	if cfg.LocalStartup && cfg.LocalAuth == nil {
+		return nil, errors.New("edge: LocalStartup needs LocalAuth: the edge answers only clients it authenticated")
+	}
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
@@ -96,17 +123,29 @@ func New(cfg Config, logger *slog.Logger, reg prometheus.Registerer) (*Edge, err
 			Name: "sessions_total", Help: "Local client connections accepted."}),
 		dialErrors: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "pgquic", Subsystem: "edge",
 			Name: "dial_errors_total", Help: "Sessions that could not open a stream to the pooler."}),
+		authFailures: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "pgquic", Subsystem: "edge",
+			Name: "auth_failures_total", Help: "Local clients refused by the edge's own authentication (LocalAuth)."}),
+		localStartups: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "pgquic", Subsystem: "edge",
+			Name: "local_startups_total", Help: "Sessions whose startup the edge answered locally (LocalStartup)."}),
 		active:  map[*edgeSession]struct{}{},
 		stopped: make(chan struct{}),
 	}
 	if reg != nil {
-		for _, c := range []prometheus.Collector{e.sessions, e.sessionsTotal, e.dialErrors} {
+		for _, c := range []prometheus.Collector{e.sessions, e.sessionsTotal, e.dialErrors, e.authFailures, e.localStartups} {
 			if err := reg.Register(c); err != nil {
 				return nil, fmt.Errorf("edge: register metrics: %w", err)
 			}
 		}
 	}
 	e.baseCtx, e.baseCancel = context.WithCancel(context.Background())
+	if cfg.LocalAuth != nil {
+		var err error
+		e.local, err = localstart.New(localstart.Config{Dial: cfg.Dialer.Dial, Timeout: cfg.StartupTimeout,
+			Ordinary: !cfg.LocalStartup}, logger)
+		if err != nil {
+			return nil, fmt.Errorf("edge: %w", err)
+		}
+	}
 	return e, nil
 }
 
@@ -212,8 +251,12 @@ func (e *Edge) run(s *edgeSession) {
 	}()
 	defer s.tcp.Close()
 	log := e.log.With("client", s.tcp.RemoteAddr().String())
+	if e.local != nil {
+		e.runLocal(s, log)
+		return
+	}
 
-	packets, code, err := e.readFirst(s.tcp)
+	packets, code, err := localstart.ReadFirst(s.tcp, e.cfg.StartupTimeout)
 	if err != nil {
 		log.Debug("edge: no usable startup packet", "err", err)
 		return
@@ -282,52 +325,6 @@ func (e *Edge) pipe(tcp net.Conn, str *quicwire.Conn) {
 	} else {
 		e.log.Debug("edge: session aborted", "err", failed)
 	}
-}
-
-// readFirst reads the client's first packet, answering SSLRequest and
-// GSSENCRequest with 'N' locally, and returns the packets to forward with
-// the request code of the last one.
-func (e *Edge) readFirst(c net.Conn) ([]byte, uint32, error) {
-	if err := c.SetReadDeadline(time.Now().Add(e.cfg.StartupTimeout)); err != nil {
-		return nil, 0, err
-	}
-	// A client may try GSSENCRequest, then SSLRequest, then start up.
-	for range 3 {
-		pkt, err := readStartupPacket(c)
-		if err != nil {
-			return nil, 0, err
-		}
-		code := binary.BigEndian.Uint32(pkt[4:8])
-		if code == pgproto.SSLRequestCode || code == pgproto.GSSEncRequestCode {
-			if _, err := c.Write([]byte{'N'}); err != nil {
-				return nil, 0, fmt.Errorf("answer encryption request: %w", err)
-			}
-			continue
-		}
-		if err := c.SetReadDeadline(time.Time{}); err != nil {
-			return nil, 0, err
-		}
-		return pkt, code, nil
-	}
-	return nil, 0, errors.New("too many encryption requests")
-}
-
-// readStartupPacket reads one length-prefixed startup-phase packet.
-func readStartupPacket(r io.Reader) ([]byte, error) {
-	var hdr [4]byte
-	if _, err := io.ReadFull(r, hdr[:]); err != nil {
-		return nil, fmt.Errorf("read startup packet length: %w", err)
-	}
-	n := binary.BigEndian.Uint32(hdr[:])
-	if n < 8 || n > wire.MaxStartupLen {
-		return nil, fmt.Errorf("invalid startup packet length %d", n)
-	}
-	pkt := make([]byte, n)
-	copy(pkt, hdr[:])
-	if _, err := io.ReadFull(r, pkt[4:]); err != nil {
-		return nil, fmt.Errorf("read startup packet: %w", err)
-	}
-	return pkt, nil
 }
 
 // sendError tells a libpq client why its session cannot start, as a FATAL

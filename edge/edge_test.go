@@ -2,6 +2,7 @@ package edge
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -207,5 +208,27 @@ func TestEdgeShutdownCutsAfterGrace(t *testing.T) {
 	}
 	if _, err := net.DialTimeout("tcp", e.Addr().String(), time.Second); err == nil {
 		t.Fatal("edge still accepts")
+	}
+}
+
+// TestEdgeCertNeedsLocalAuth: an edge whose Dialer presents a client
+// certificate must authenticate its clients itself (a pooler trusting the
+// certificate asks no password), and LocalStartup needs LocalAuth.
+func TestEdgeCertNeedsLocalAuth(t *testing.T) {
+	cert, err := quicfront.GenerateSelfSigned("edge")
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := newTestDialer(t, quicclient.DialerConfig{Addr: "127.0.0.1:1", Insecure: true,
+		TLSConfig: &tls.Config{Certificates: []tls.Certificate{cert}}})
+	if d.CertFingerprint() != quicclient.Fingerprint(cert.Certificate[0]) {
+		t.Fatalf("CertFingerprint = %q", d.CertFingerprint())
+	}
+	if _, err := New(Config{Listen: "127.0.0.1:0", Dialer: d}, nil, nil); err == nil || !strings.Contains(err.Error(), "LocalAuth is required") {
+		t.Errorf("New with a certificate and no LocalAuth: %v", err)
+	}
+	plain := newTestDialer(t, quicclient.DialerConfig{Addr: "127.0.0.1:1", Insecure: true})
+	if _, err := New(Config{Listen: "127.0.0.1:0", Dialer: plain, LocalStartup: true}, nil, nil); err == nil {
+		t.Error("LocalStartup without LocalAuth accepted")
 	}
 }

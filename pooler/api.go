@@ -4,9 +4,8 @@ import (
 	"context"
 	"net"
 
-	"github.com/jackc/pgx/v5/pgproto3"
-
 	"github.com/pgquic/pgquic/backend"
+	"github.com/pgquic/pgquic/internal/pgauth"
 )
 
 // PoolSource finds the server pool for a client's database and user. The
@@ -28,11 +27,6 @@ type Authenticator interface {
 
 // AuthExchange is the part of a session an Authenticator may use: send
 // authentication requests and read the client's password-type ('p') replies.
-type AuthExchange interface {
-	// Send writes and flushes the messages.
-	Send(msgs ...pgproto3.BackendMessage) error
-	// ReceivePassword reads the next client message, which must be of type
-	// 'p' (PasswordMessage, SASLInitialResponse or SASLResponse), and returns
-	// its body. The slice is valid until the next call.
-	ReceivePassword(ctx context.Context) ([]byte, error)
-}
+// It is pgauth.Exchange, so the methods of internal/pgauth serve the pooler's
+// sessions and the edge's local ones alike.
+type AuthExchange = pgauth.Exchange

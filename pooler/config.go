@@ -163,6 +163,13 @@ type Config struct {
 	// suitable for loopback development.
 	Auth Authenticator
 
+	// EdgeTrust lists the QUIC client certificates trusted as edges: a
+	// session whose Peer.ClientCertSHA256 it trusts for the user and
+	// database asked for starts without Auth's exchange, one outside the
+	// edge's set is refused with 28000 (see edgeLogin). Default nil: no
+	// certificate is trusted and every session goes through Auth.
+	EdgeTrust EdgeTrust
+
 	// ServerVersion, when set, is reported to clients in place of the
 	// server's own server_version parameter. Default: the server's value.
 	ServerVersion string

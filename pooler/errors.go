@@ -5,11 +5,14 @@ import (
 	"fmt"
 
 	"github.com/jackc/pgx/v5/pgproto3"
+
+	"github.com/pgquic/pgquic/internal/pgauth"
 )
 
 // ErrAuthFailed reports wrong or missing credentials. Sessions that fail with
-// it get SQLSTATE 28P01, as PostgreSQL sends for a bad password.
-var ErrAuthFailed = errors.New("authentication failed")
+// it get SQLSTATE 28P01, as PostgreSQL sends for a bad password. It is
+// pgauth.ErrAuthFailed, which the methods of internal/pgauth wrap.
+var ErrAuthFailed = pgauth.ErrAuthFailed
 
 // ErrShuttingDown reports that the pooler is draining and takes no new
 // transactions. Clients get SQLSTATE 57P01 (admin_shutdown).

@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pgquic/pgquic/internal/pgauth"
 	"github.com/pgquic/pgquic/pooler"
-	"github.com/pgquic/pgquic/pooler/auth"
 )
 
 // Allocation allowed for one fuzzed session: a fixed amount for the session
@@ -23,24 +23,24 @@ const (
 // with a userlist holding user "u" with password "secret".
 func preauthPoolers(tb testing.TB) []*pooler.Pooler {
 	tb.Helper()
-	verifier, err := auth.SCRAMVerifier("secret", 16) // few iterations: fast inputs
+	verifier, err := pgauth.SCRAMVerifier("secret", 16) // few iterations: fast inputs
 	if err != nil {
 		tb.Fatal(err)
 	}
 	var out []*pooler.Pooler
 	for _, c := range []struct {
-		method auth.Method
+		method pgauth.Method
 		secret string
 	}{
-		{auth.MethodSCRAM, verifier},
-		{auth.MethodMD5, "secret"},
-		{auth.MethodPassword, "secret"},
+		{pgauth.MethodSCRAM, verifier},
+		{pgauth.MethodMD5, "secret"},
+		{pgauth.MethodPassword, "secret"},
 	} {
-		users, err := auth.ParseUserlist(strings.NewReader(`"u" "` + c.secret + `"` + "\n"))
+		users, err := pgauth.ParseUserlist(strings.NewReader(`"u" "` + c.secret + `"` + "\n"))
 		if err != nil {
 			tb.Fatal(err)
 		}
-		a, err := auth.New(auth.Config{Method: c.method, Users: users})
+		a, err := pgauth.New(pgauth.Config{Method: c.method, Users: users})
 		if err != nil {
 			tb.Fatal(err)
 		}

@@ -8,23 +8,23 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/pgquic/pgquic/pooler/auth"
+	"github.com/pgquic/pgquic/internal/pgauth"
 )
 
 // scramAuthenticator returns a SCRAM-SHA-256 authenticator whose userlist
 // holds the harness superuser with the password of harness.url, so an
 // authenticated client gets through a harness configured with it.
-func scramAuthenticator(t testing.TB) *auth.Authenticator {
+func scramAuthenticator(t testing.TB) *pgauth.Authenticator {
 	t.Helper()
-	v, err := auth.SCRAMVerifier("postgres", 0)
+	v, err := pgauth.SCRAMVerifier("postgres", 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	users, err := auth.ParseUserlist(strings.NewReader(`"postgres" "` + v + `"` + "\n"))
+	users, err := pgauth.ParseUserlist(strings.NewReader(`"postgres" "` + v + `"` + "\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	a, err := auth.New(auth.Config{Method: auth.MethodSCRAM, Users: users})
+	a, err := pgauth.New(pgauth.Config{Method: pgauth.MethodSCRAM, Users: users})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,8 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pgquic/pgquic/internal/pgauth"
 	"github.com/pgquic/pgquic/pooler"
-	"github.com/pgquic/pgquic/pooler/auth"
 )
 
 // TestPreauthHugeSASLMessage is the regression test for unauthenticated
@@ -160,11 +160,11 @@ func TestPreauthLargestPasswordPacket(t *testing.T) {
 		maxPacket = 65535
 		maxGrowth = 4 << 20
 	)
-	users, err := auth.ParseUserlist(strings.NewReader(`"postgres" "postgres"` + "\n"))
+	users, err := pgauth.ParseUserlist(strings.NewReader(`"postgres" "postgres"` + "\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	authn, err := auth.New(auth.Config{Method: auth.MethodPassword, Users: users})
+	authn, err := pgauth.New(pgauth.Config{Method: pgauth.MethodPassword, Users: users})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,9 +10,9 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/pgquic/pgquic/backend"
+	"github.com/pgquic/pgquic/internal/pgauth"
 	"github.com/pgquic/pgquic/internal/pgtest"
 	"github.com/pgquic/pgquic/pooler"
-	"github.com/pgquic/pgquic/pooler/auth"
 )
 
 // TestSCRAMEndToEnd: clients authenticate to the pooler with SCRAM-SHA-256
@@ -20,15 +20,15 @@ import (
 // that requires SCRAM.
 func TestSCRAMEndToEnd(t *testing.T) {
 	c := pgtest.New(t, pgtest.Options{Auth: pgtest.AuthSCRAM, Users: []pgtest.User{{Name: "app", Password: "server-secret"}}})
-	verifier, err := auth.SCRAMVerifier("client-secret", 0)
+	verifier, err := pgauth.SCRAMVerifier("client-secret", 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	users, err := auth.ParseUserlist(strings.NewReader(`"app" "` + verifier + `"` + "\n"))
+	users, err := pgauth.ParseUserlist(strings.NewReader(`"app" "` + verifier + `"` + "\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	authn, err := auth.New(auth.Config{Method: auth.MethodSCRAM, Users: users})
+	authn, err := pgauth.New(pgauth.Config{Method: pgauth.MethodSCRAM, Users: users})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,21 +14,18 @@ import (
 
 	"github.com/pgquic/pgquic/backend"
 	"github.com/pgquic/pgquic/internal/front"
+	"github.com/pgquic/pgquic/internal/pgauth"
 	"github.com/pgquic/pgquic/internal/pgproto"
 	"github.com/pgquic/pgquic/internal/wire"
 )
 
-// Bounds on a client's authentication messages, PostgreSQL's own, counting
-// the 4-byte length word as pq_getmessage does. A password packet (cleartext
-// or md5) is read with PG_MAX_AUTH_TOKEN_LENGTH, 65535 bytes
-// (recv_password_packet in src/backend/libpq/auth.c; older releases read it
-// with a limit of 1000); a SASLInitialResponse or SASLResponse with
-// PG_MAX_SASL_MESSAGE_LENGTH, 1024 bytes (CheckSASLAuth in
-// src/backend/libpq/auth-sasl.c). Until a client has authenticated nothing
-// larger is read from it; MaxMessageLen applies only afterwards.
+// Bounds on a client's authentication messages: PostgreSQL's own, defined
+// once in pgauth (the edge's local authentication applies them too). Until
+// a client has authenticated nothing larger is read from it; MaxMessageLen
+// applies only afterwards.
 const (
-	maxPasswordPacketLen = 65535
-	maxSASLMessageLen    = 1024
+	maxPasswordPacketLen = pgauth.MaxPasswordPacketLen
+	maxSASLMessageLen    = pgauth.MaxSASLMessageLen
 )
 
 // errCancelHandled ends a session that only carried a CancelRequest.
@@ -356,7 +353,11 @@ func (s *session) login(ctx context.Context, sp *startupParams, authenticated fu
 	s.user, s.database = sp.user, sp.db
 	s.log = s.logger(true)
 
-	if p.cfg.Auth != nil {
+	trusted, refusal := s.edgeLogin(sp)
+	if refusal != nil {
+		return s.fail(refusal)
+	}
+	if !trusted && p.cfg.Auth != nil {
 		if err := p.cfg.Auth.Authenticate(ctx, s, sp.user, s.peer.Addr); err != nil {
 			var pe *PGError
 			var coded interface{ SQLState() string }

@@ -23,6 +23,7 @@ import (
 	"github.com/quic-go/quic-go"
 
 	"github.com/pgquic/pgquic/internal/defaults"
+	"github.com/pgquic/pgquic/internal/localstart"
 	"github.com/pgquic/pgquic/internal/pgproto"
 	"github.com/pgquic/pgquic/internal/quicwire"
 )
@@ -65,6 +66,24 @@ type DialerConfig struct {
 	PinSHA256 string
 	// Insecure skips verification of the server. Development only.
 	Insecure bool
+	// CertFile and KeyFile, both or neither, are a PEM certificate and key
+	// the client presents to the pooler (mutual TLS). A pooler started with
+	// --edge-trust that lists the certificate's SHA-256 fingerprint trusts
+	// the client as an edge: its sessions for the users and databases listed
+	// start without a password exchange (what local startup needs). Other
+	// poolers ignore it. Default: no client certificate.
+	CertFile, KeyFile string
+	// LocalStartup makes DialFunc answer each session's startup on the
+	// client's side once a greeting for the same user, database and
+	// startup parameters was seen, sending the StartupMessage and the first
+	// request to the pooler in one flight (internal/localstart, the code
+	// `pgquic edge --local-startup` runs): a new session's first row is one
+	// round trip away. The application is the client here and is trusted
+	// as itself: the pooler must not ask for a password, so give it a
+	// certificate (CertFile) its --edge-trust file lists for the users and
+	// databases the application uses, or the session is refused (28000).
+	// Dial is unchanged. Default false.
+	LocalStartup bool
 	// TLSConfig, when set, is the base TLS configuration (cloned); ServerName,
 	// NextProtos and MinVersion (TLS 1.3) are filled in when unset.
 	TLSConfig *tls.Config
@@ -134,6 +153,11 @@ type Dialer struct {
 	dialing []chan struct{} // non-nil while slot i is being dialed
 	closed  bool
 	wg      sync.WaitGroup // connection watchers
+
+	local     *localstart.Server // nil without LocalStartup
+	localCtx  context.Context    // ends the local sessions at Close
+	localStop context.CancelFunc
+	localWG   sync.WaitGroup // local sessions' goroutines
 }
 
 // clientConn is one QUIC connection and its count of open streams.
@@ -171,7 +195,7 @@ func NewDialer(cfg DialerConfig, logger *slog.Logger) (*Dialer, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Dialer{
+	d := &Dialer{
 		cfg:     cfg,
 		log:     logger,
 		tlsConf: tc,
@@ -183,7 +207,14 @@ func NewDialer(cfg DialerConfig, logger *slog.Logger) (*Dialer, error) {
 		},
 		slots:   make([]*clientConn, cfg.Conns),
 		dialing: make([]chan struct{}, cfg.Conns),
-	}, nil
+	}
+	if cfg.LocalStartup {
+		if d.local, err = localstart.New(localstart.Config{Dial: d.Dial}, logger); err != nil {
+			return nil, fmt.Errorf("quicclient: %w", err)
+		}
+		d.localCtx, d.localStop = context.WithCancel(context.Background())
+	}
+	return d, nil
 }
 
 // Dial opens a new session stream on the least-loaded live connection,
@@ -222,10 +253,70 @@ func (d *Dialer) Dial(ctx context.Context) (net.Conn, error) {
 // addr are ignored: every session, and pgx's CancelRequest, becomes a fresh
 // stream to the configured pooler.
 func (d *Dialer) DialFunc() func(ctx context.Context, network, addr string) (net.Conn, error) {
+	if d.local != nil {
+		return d.dialLocal
+	}
 	return func(ctx context.Context, _, _ string) (net.Conn, error) {
 		return d.Dial(ctx)
 	}
 }
+
+// dialLocal is DialFunc with LocalStartup: the application gets one end of
+// an in-process pipe, and a goroutine answers its startup (localstart) on
+// the other, opening the stream to the pooler when the first request
+// arrives. A CancelRequest on it is routed by the key handed out.
+func (d *Dialer) dialLocal(ctx context.Context, _, _ string) (net.Conn, error) {
+	d.mu.Lock()
+	closed := d.closed
+	if !closed {
+		d.localWG.Add(1)
+	}
+	d.mu.Unlock()
+	if closed {
+		return nil, ErrDialerClosed
+	}
+	app, side := net.Pipe()
+	go func() {
+		defer d.localWG.Done()
+		defer side.Close()
+		// Close ends the session whatever it waits for.
+		stop := context.AfterFunc(d.localCtx, func() { _ = side.Close() })
+		defer stop()
+		d.serveLocal(halfPipe{side})
+	}()
+	return app, nil
+}
+
+// serveLocal runs one local-startup session on the pipe end c.
+func (d *Dialer) serveLocal(c net.Conn) {
+	pkt, code, err := localstart.ReadFirst(c, defaults.EdgeStartupTimeout)
+	if err != nil {
+		d.log.Debug("quicclient: no usable startup packet", "err", err)
+		return
+	}
+	if code == pgproto.CancelRequestCode {
+		if _, err := d.local.Cancel(d.localCtx, pkt); err != nil {
+			d.log.Warn("quicclient: cancel request not forwarded", "err", err)
+		}
+		return
+	}
+	st, err := localstart.ParseStartup(pkt)
+	if err != nil {
+		_, _ = c.Write(localstart.ErrorResponse("FATAL", pgproto.CodeProtocolViolation, "invalid startup packet: "+err.Error()))
+		return
+	}
+	if err := d.local.Serve(d.localCtx, c, st); err != nil {
+		d.log.Debug("quicclient: local-startup session ended", "err", err)
+	}
+}
+
+// halfPipe is a net.Pipe end whose CloseWrite closes it: a pipe has no
+// half-close, and once the pooler ended the session the application must
+// see the end of its connection.
+type halfPipe struct{ net.Conn }
+
+// CloseWrite closes the pipe.
+func (h halfPipe) CloseWrite() error { return h.Close() }
 
 // LookupFunc is the pgconn.Config.LookupFunc to use with DialFunc: pgx
 // resolves the host of its connection string before dialing, but the host
@@ -239,6 +330,16 @@ func (d *Dialer) LookupFunc() func(ctx context.Context, host string) ([]string, 
 
 // Addr returns the pooler address the Dialer dials.
 func (d *Dialer) Addr() string { return d.cfg.Addr }
+
+// CertFingerprint returns the SHA-256 fingerprint of the client certificate
+// the dialer presents (DialerConfig.CertFile), the value a pooler's
+// edge-trust file lists, or "" when it presents none.
+func (d *Dialer) CertFingerprint() string {
+	if len(d.tlsConf.Certificates) == 0 || len(d.tlsConf.Certificates[0].Certificate) == 0 {
+		return ""
+	}
+	return Fingerprint(d.tlsConf.Certificates[0].Certificate[0])
+}
 
 // Stats reports the live connections, their open streams and packets.
 func (d *Dialer) Stats() DialerStats {
@@ -433,6 +534,10 @@ func (d *Dialer) Close() error {
 		_ = c.CloseWithError(quicwire.AppCode(ErrCodeNoError), "client closed")
 	}
 	d.wg.Wait()
+	if d.localStop != nil {
+		d.localStop()
+		d.localWG.Wait()
+	}
 	// No new transport can appear: ensureTransport runs under d.mu and checks closed first.
 	d.mu.Lock()
 	tr, udp := d.tr, d.udp

@@ -1,15 +1,13 @@
 package quicclient
 
 import (
-	"crypto/sha256"
 	"crypto/tls"
 	"crypto/x509"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
-	"strings"
 
+	"github.com/pgquic/pgquic/internal/front"
 	"github.com/pgquic/pgquic/internal/quicwire"
 )
 
@@ -19,18 +17,12 @@ import (
 func Fingerprint(der []byte) string { return quicwire.Fingerprint(der) }
 
 // normalizePin accepts a SHA-256 fingerprint in any of the spellings tools
-// print (hex in either case, optional colons, optional "sha256:" prefix) and
-// returns lower-case hex.
+// print and returns lower-case hex (front.ParseFingerprint, which the
+// pooler's edge-trust file uses too).
 func normalizePin(pin string) (string, error) {
-	p := strings.ToLower(strings.TrimSpace(pin))
-	p = strings.TrimPrefix(p, "sha256:")
-	p = strings.TrimPrefix(p, "sha256/")
-	p = strings.ReplaceAll(p, ":", "")
-	if len(p) != sha256.Size*2 {
-		return "", fmt.Errorf("pin %q: want %d hex digits of a SHA-256 fingerprint, got %d", pin, sha256.Size*2, len(p))
-	}
-	if _, err := hex.DecodeString(p); err != nil {
-		return "", fmt.Errorf("pin %q: %w", pin, err)
+	p, err := front.ParseFingerprint(pin)
+	if err != nil {
+		return "", fmt.Errorf("pin: %w", err)
 	}
 	return p, nil
 }
@@ -72,6 +64,16 @@ func clientTLSConfig(cfg DialerConfig, serverName string) (*tls.Config, error) {
 	}
 	if tc.MinVersion < tls.VersionTLS13 {
 		tc.MinVersion = tls.VersionTLS13
+	}
+	if (cfg.CertFile == "") != (cfg.KeyFile == "") {
+		return nil, errors.New("quicclient: CertFile and KeyFile go together")
+	}
+	if cfg.CertFile != "" {
+		cert, err := tls.LoadX509KeyPair(cfg.CertFile, cfg.KeyFile)
+		if err != nil {
+			return nil, fmt.Errorf("quicclient: client certificate: %w", err)
+		}
+		tc.Certificates = append([]tls.Certificate{cert}, tc.Certificates...)
 	}
 	switch {
 	case cfg.CAFile != "":

@@ -268,6 +268,21 @@ type serverConn struct {
 	peer   front.Peer // what the handler is told about each of its sessions
 	source string     // front.Source of the peer, counted in Server.bySource
 	active int        // sessions running; guarded by Server.mu
+
+	certOnce sync.Once
+	certFP   string // fingerprint of the client's certificate, set once the handshake completed
+}
+
+// clientCert returns the fingerprint of the certificate the client
+// presented, "" for none. It is called once the handshake completed
+// (streamReady), when quic-go knows the peer's certificates.
+func (sc *serverConn) clientCert() string {
+	sc.certOnce.Do(func() {
+		if certs := sc.conn.ConnectionState().TLS.PeerCertificates; len(certs) > 0 {
+			sc.certFP = front.Fingerprint(certs[0].Raw)
+		}
+	})
+	return sc.certFP
 }
 
 // NewServer validates cfg, fills its defaults and prepares TLS. logger nil
@@ -306,6 +321,15 @@ func NewServer(cfg ServerConfig, h front.Handler, logger *slog.Logger, reg prome
 	}
 	tc.MinVersion = tls.VersionTLS13
 	tc.NextProtos = []string{cfg.ALPN}
+	if tc.ClientAuth == tls.NoClientCert {
+		// Ask every client for a certificate, verify none against a CA:
+		// the handshake still proves the client holds the key of the one
+		// it sends, and the pooler decides by its fingerprint
+		// (Peer.ClientCertSHA256) whether it is a trusted edge. A client
+		// without one answers with an empty list and is served as before.
+		// Asking always lets a reload add edge trust without a restart.
+		tc.ClientAuth = tls.RequestClientCert
+	}
 	if len(tc.Certificates) > 0 && len(tc.Certificates[0].Certificate) > 0 {
 		s.fp = quicwire.Fingerprint(tc.Certificates[0].Certificate[0])
 		s.srk = statelessResetKey(&tc.Certificates[0])
@@ -681,6 +705,7 @@ func (s *Server) streamReady(sc *serverConn, c *quicwire.Conn, log *slog.Logger)
 // its server connection until the query finished.
 func sessionPeer(sc *serverConn, c *quicwire.Conn) front.Peer {
 	p := sc.peer
+	p.ClientCertSHA256 = sc.clientCert()
 	p.Probe = func() error { return streamGone(c.Stream()) }
 	return p
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"sync"
 	"time"
 
@@ -15,6 +16,7 @@ import (
 
 	"github.com/pgquic/pgquic/config"
 	"github.com/pgquic/pgquic/edge"
+	"github.com/pgquic/pgquic/internal/pgauth"
 	"github.com/pgquic/pgquic/quicclient"
 )
 
@@ -25,6 +27,14 @@ JDBC apps). Each accepted connection becomes one stream on a few shared QUIC
 connections to the pooler. Choose exactly one way to verify the pooler:
 --ca, --pin (the fingerprint 'pgquic serve' logs for its generated
 certificate) or --insecure (development only).
+
+With --cert/--key the edge presents a client certificate; a pooler whose
+--edge-trust file lists its fingerprint (logged at start) trusts it for the
+users and databases listed. --local-auth makes the edge authenticate its
+local clients itself (trust on a loopback listener only, md5 or
+scram-sha-256 against --auth-file); --local-startup then answers a
+session's startup locally and sends it with the first request in one
+flight, so a new session's first row is one round trip away.
 
 Flags:
 `
@@ -38,6 +48,9 @@ type edgeConfig struct {
 	metricsListen        string
 	grace                time.Duration
 	logLevel, logFormat  string
+	cert, key            string
+	localAuth, authFile  string
+	localStartup         bool
 }
 
 // runEdge is the edge subcommand.
@@ -76,6 +89,11 @@ func parseEdgeFlags(args []string, stdout, stderr io.Writer) (edgeConfig, error)
 	fs.StringVar(&ec.pin, "pin", "", "trust exactly the pooler certificate with this `SHA256` fingerprint (hex)")
 	fs.BoolVar(&ec.insecure, "insecure", false, "do not verify the pooler's certificate (development only)")
 	fs.StringVar(&ec.alpn, "alpn", config.DefaultALPN, "QUIC application protocol `name`")
+	fs.StringVar(&ec.cert, "cert", "", "PEM client certificate `file` presented to the pooler (for its --edge-trust)")
+	fs.StringVar(&ec.key, "key", "", "PEM private key `file` matching --cert")
+	fs.StringVar(&ec.localAuth, "local-auth", "", "authenticate local clients at the edge: `method` trust (loopback listener only), md5 or scram-sha-256; default: the pooler authenticates")
+	fs.StringVar(&ec.authFile, "auth-file", "", "PgBouncer-format userlist `file` for --local-auth md5 or scram-sha-256")
+	fs.BoolVar(&ec.localStartup, "local-startup", false, "answer a session's startup at the edge and send it with the first request in one flight (needs --local-auth)")
 	fs.StringVar(&ec.metricsListen, "metrics-listen", "", "`address` of a Prometheus /metrics endpoint; empty disables it")
 	fs.DurationVar(&ec.grace, "shutdown-grace", 10*time.Second, "how long shutdown waits for local clients to disconnect")
 	fs.StringVar(&ec.logLevel, "log-level", config.DefaultLogLevel, "log `level`: debug, info, warn or error")
@@ -109,6 +127,33 @@ func parseEdgeFlags(args []string, stdout, stderr io.Writer) (edgeConfig, error)
 	if ec.grace < 0 {
 		errs = append(errs, errors.New("--shutdown-grace must not be negative"))
 	}
+	if (ec.cert == "") != (ec.key == "") {
+		errs = append(errs, errors.New("--cert and --key go together"))
+	}
+	if ec.cert != "" && ec.localAuth == "" {
+		// A pooler that trusts the certificate asks no password: passing
+		// local clients through would let anyone on this host in.
+		errs = append(errs, errors.New("--cert needs --local-auth: a pooler trusting the certificate lets the edge's clients in without a password, so the edge must authenticate them"))
+	}
+	if ec.localStartup && ec.localAuth == "" {
+		errs = append(errs, errors.New("--local-startup needs --local-auth: the edge answers only clients it authenticated"))
+	}
+	switch ec.localAuth {
+	case "":
+		if ec.authFile != "" {
+			errs = append(errs, errors.New("--auth-file needs --local-auth md5 or scram-sha-256"))
+		}
+	case "trust":
+		if !loopbackAddr(ec.listen) {
+			errs = append(errs, fmt.Errorf("--local-auth trust: --listen %q is not a loopback address; anyone reaching it could log in as any user the pooler trusts this edge for", ec.listen))
+		}
+	case "md5", "scram-sha-256":
+		if ec.authFile == "" {
+			errs = append(errs, fmt.Errorf("--local-auth %s needs --auth-file", ec.localAuth))
+		}
+	default:
+		errs = append(errs, fmt.Errorf("--local-auth %q: want trust, md5 or scram-sha-256", ec.localAuth))
+	}
 	return ec, errors.Join(errs...)
 }
 
@@ -125,7 +170,24 @@ func runEdgeWith(ctx context.Context, ec edgeConfig, logger *slog.Logger) error 
 		)
 		metrics = newMetricsServer(reg, nil)
 	}
+	var localAuth *pgauth.Authenticator
+	if ec.localAuth != "" {
+		ac := pgauth.Config{Method: pgauth.Method(ec.localAuth), TrustLoopbackOnly: true}
+		if ec.authFile != "" {
+			users, err := pgauth.LoadUserlist(ec.authFile)
+			if err != nil {
+				return fmt.Errorf("auth file: %w", err)
+			}
+			ac.Users = users
+		}
+		var err error
+		if localAuth, err = pgauth.New(ac); err != nil {
+			return err
+		}
+	}
 	dialer, err := quicclient.NewDialer(quicclient.DialerConfig{
+		CertFile:          ec.cert,
+		KeyFile:           ec.key,
 		Addr:              ec.pooler,
 		Conns:             ec.conns,
 		ALPN:              ec.alpn,
@@ -142,7 +204,8 @@ func runEdgeWith(ctx context.Context, ec edgeConfig, logger *slog.Logger) error 
 	if reg != nil {
 		promReg = reg
 	}
-	sidecar, err := edge.New(edge.Config{Listen: ec.listen, Dialer: dialer}, logger.With("component", "edge"), promReg)
+	sidecar, err := edge.New(edge.Config{Listen: ec.listen, Dialer: dialer,
+		LocalAuth: localAuth, LocalStartup: ec.localStartup}, logger.With("component", "edge"), promReg)
 	if err != nil {
 		return err
 	}
@@ -156,6 +219,12 @@ func runEdgeWith(ctx context.Context, ec edgeConfig, logger *slog.Logger) error 
 		}
 	}
 	attrs := []any{"listen", sidecar.Addr().String(), "pooler", ec.pooler, "conns", ec.conns, "streams", ec.streams}
+	if fp := dialer.CertFingerprint(); fp != "" {
+		attrs = append(attrs, "cert_fingerprint", fp)
+	}
+	if ec.localAuth != "" {
+		attrs = append(attrs, "local_auth", ec.localAuth, "local_startup", ec.localStartup)
+	}
 	if metrics != nil {
 		attrs = append(attrs, "metrics", "http://"+metrics.Addr().String()+"/metrics")
 	}
@@ -190,4 +259,18 @@ func runEdgeWith(ctx context.Context, ec edgeConfig, logger *slog.Logger) error 
 	cancelServe()
 	wg.Wait()
 	return failure
+}
+
+// loopbackAddr reports whether a listen address is on a loopback
+// interface ("localhost" included), where trust is safe.
+func loopbackAddr(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }

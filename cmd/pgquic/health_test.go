@@ -3,8 +3,6 @@ package main
 import (
 	"context"
 	"crypto/tls"
-	"crypto/x509"
-	"encoding/pem"
 	"errors"
 	"fmt"
 	"io"
@@ -22,7 +20,6 @@ import (
 
 	"github.com/pgquic/pgquic/config"
 	"github.com/pgquic/pgquic/internal/pgtest"
-	"github.com/pgquic/pgquic/quicfront"
 )
 
 // get returns the status code and body of an HTTP GET.
@@ -135,22 +132,12 @@ func TestReadyzBackendUnreachable(t *testing.T) {
 	}
 }
 
-// writeCert writes a self-signed certificate and key for 127.0.0.1 into dir.
+// writeCert writes a self-signed certificate and key for 127.0.0.1 into dir
+// (connect-bench's writeBenchCert).
 func writeCert(t *testing.T, dir string) (certFile, keyFile string) {
 	t.Helper()
-	cert, err := quicfront.GenerateSelfSigned("127.0.0.1")
+	certFile, keyFile, err := writeBenchCert(dir, "server")
 	if err != nil {
-		t.Fatal(err)
-	}
-	keyDER, err := x509.MarshalPKCS8PrivateKey(cert.PrivateKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	certFile, keyFile = filepath.Join(dir, "server.crt"), filepath.Join(dir, "server.key")
-	if err := os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: cert.Certificate[0]}), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER}), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	return certFile, keyFile

@@ -28,6 +28,7 @@ var commands = []command{
 	{"serve", "run the pooler (TCP and QUIC fronts)", runServe},
 	{"edge", "local TCP listener that carries each client connection as a QUIC stream to a pooler", runEdge},
 	{"ceiling", "the model's throughput ceiling of N connections across a round trip (TCP, TLS, QUIC)", runCeiling},
+	{"connect-bench", "time to first row of a new session on each path (TCP, TLS, SCRAM, QUIC, edge, edge with local startup) across the WAN relay", runConnectBench},
 	{"wan", "WAN emulator: relays TCP and UDP to an upstream with delay, jitter and UDP loss", runWan},
 }
 

@@ -17,8 +17,8 @@ import (
 
 	"github.com/pgquic/pgquic/backend"
 	"github.com/pgquic/pgquic/config"
+	"github.com/pgquic/pgquic/internal/pgauth"
 	"github.com/pgquic/pgquic/pooler"
-	"github.com/pgquic/pgquic/pooler/auth"
 )
 
 // reloadable holds what a configuration reload replaces while sessions run.
@@ -28,7 +28,8 @@ import (
 type reloadable struct {
 	cfg     atomic.Pointer[config.Config]
 	manager atomic.Pointer[backend.Manager]
-	authn   atomic.Pointer[auth.Authenticator]
+	authn   atomic.Pointer[pgauth.Authenticator]
+	edges   atomic.Pointer[pgauth.EdgeTrust] // nil: no edge_trust file
 	cert    atomic.Pointer[tls.Certificate]
 	mu      sync.Mutex // serialises reloads and the final close
 	closed  bool       // the server shut down: reloads are refused
@@ -51,6 +52,11 @@ func (r *reloadable) Authenticate(ctx context.Context, ex pooler.AuthExchange, u
 	return r.authn.Load().Authenticate(ctx, ex, user, peer)
 }
 
+// Edge implements pooler.EdgeTrust with the edge_trust table in force.
+func (r *reloadable) Edge(fingerprint string) (*pgauth.EdgeGrant, bool) {
+	return r.edges.Load().Edge(fingerprint)
+}
+
 // certificate is the TCP front's tls.Config.GetCertificate.
 func (r *reloadable) certificate(*tls.ClientHelloInfo) (*tls.Certificate, error) {
 	return r.cert.Load(), nil
@@ -63,7 +69,7 @@ func (r *reloadable) certificate(*tls.ClientHelloInfo) (*tls.Certificate, error)
 var reloadKeys = []string{
 	"backend", "databases", "pool_size", "min_pool", "max_pools", "pool_idle_timeout",
 	"server_lifetime", "server_idle_timeout", "server_connect_timeout",
-	"auth", "tls_cert", "tls_key", "admin_users",
+	"auth", "edge_trust", "tls_cert", "tls_key", "admin_users",
 	"query_wait_timeout", "idle_transaction_timeout", "client_idle_timeout", "query_timeout",
 	"shutdown_grace",
 }
@@ -116,6 +122,10 @@ func (s *server) Reload(ctx context.Context, next *config.Config) (applied, rest
 	if err != nil {
 		return nil, nil, fmt.Errorf("%w: %w", ErrReloadRejected, err)
 	}
+	edges, err := loadEdgeTrust(next)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%w: %w", ErrReloadRejected, err)
+	}
 	var cert *tls.Certificate
 	if next.TLSCert != "" {
 		c, err := tls.LoadX509KeyPair(next.TLSCert, next.TLSKey)
@@ -141,6 +151,7 @@ func (s *server) Reload(ctx context.Context, next *config.Config) (applied, rest
 		return nil, nil, fmt.Errorf("%w: %w", ErrReloadRejected, err)
 	}
 	s.live.authn.Store(authn)
+	s.live.edges.Store(edges)
 	if cert != nil {
 		s.live.cert.Store(cert)
 	}

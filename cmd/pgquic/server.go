@@ -19,9 +19,9 @@ import (
 
 	"github.com/pgquic/pgquic/backend"
 	"github.com/pgquic/pgquic/config"
+	"github.com/pgquic/pgquic/internal/pgauth"
 	"github.com/pgquic/pgquic/internal/pgcluster"
 	"github.com/pgquic/pgquic/pooler"
-	"github.com/pgquic/pgquic/pooler/auth"
 	"github.com/pgquic/pgquic/quicfront"
 	"github.com/pgquic/pgquic/tcpfront"
 )
@@ -104,8 +104,13 @@ func startServer(ctx context.Context, cfg *config.Config, logger *slog.Logger) (
 	if err != nil {
 		return nil, err
 	}
+	edges, err := loadEdgeTrust(cfg)
+	if err != nil {
+		return nil, err
+	}
 	s.live.cfg.Store(cfg)
 	s.live.authn.Store(authn)
+	s.live.edges.Store(edges)
 	if tlsConf != nil {
 		s.live.cert.Store(&tlsConf.Certificates[0])
 	}
@@ -135,6 +140,7 @@ func startServer(ctx context.Context, cfg *config.Config, logger *slog.Logger) (
 		RoleChanges:            pooler.RoleChangePolicy(cfg.RoleChanges),
 		SessionState:           pooler.SessionStatePolicy(cfg.SessionState),
 		Auth:                   &s.live,
+		EdgeTrust:              &s.live,
 	}, &s.live, logger.With("component", "pooler"), s.reg)
 	if err != nil {
 		return nil, fmt.Errorf("pooler: %w", err)
@@ -322,22 +328,31 @@ func loadTLS(cfg *config.Config) (*tls.Config, error) {
 
 // newAuthenticator builds the client authenticator, reading the userlist
 // when the method needs one.
-func newAuthenticator(cfg *config.Config) (*auth.Authenticator, error) {
-	method, err := auth.ParseMethod(cfg.Auth.Method)
+func newAuthenticator(cfg *config.Config) (*pgauth.Authenticator, error) {
+	method, err := pgauth.ParseMethod(cfg.Auth.Method)
 	if err != nil {
 		return nil, err
 	}
-	ac := auth.Config{Method: method, TrustLoopbackOnly: cfg.Auth.TrustLoopbackOnly}
+	ac := pgauth.Config{Method: method, TrustLoopbackOnly: cfg.Auth.TrustLoopbackOnly}
 	if cfg.Auth.File != "" {
-		if ac.Users, err = auth.LoadUserlist(cfg.Auth.File); err != nil {
+		if ac.Users, err = pgauth.LoadUserlist(cfg.Auth.File); err != nil {
 			return nil, fmt.Errorf("auth file: %w", err)
 		}
 	}
-	a, err := auth.New(ac)
+	a, err := pgauth.New(ac)
 	if err != nil {
 		return nil, err
 	}
 	return a, nil
+}
+
+// loadEdgeTrust reads the edge_trust file, nil when none is configured
+// (no certificate is trusted).
+func loadEdgeTrust(cfg *config.Config) (*pgauth.EdgeTrust, error) {
+	if cfg.EdgeTrust == "" {
+		return nil, nil
+	}
+	return pgauth.LoadEdgeTrust(cfg.EdgeTrust)
 }
 
 func (s *server) logReady() {
@@ -354,6 +369,9 @@ func (s *server) logReady() {
 		}
 	} else {
 		attrs = append(attrs, "quic", "disabled")
+	}
+	if n := s.live.edges.Load().Len(); n > 0 {
+		attrs = append(attrs, "trusted_edges", n)
 	}
 	if s.metrics != nil {
 		attrs = append(attrs, "metrics", "http://"+s.metrics.Addr().String()+"/metrics")

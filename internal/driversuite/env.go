@@ -26,9 +26,9 @@ import (
 	"time"
 
 	"github.com/pgquic/pgquic/backend"
+	"github.com/pgquic/pgquic/internal/pgauth"
 	"github.com/pgquic/pgquic/internal/pgcluster"
 	"github.com/pgquic/pgquic/pooler"
-	"github.com/pgquic/pgquic/pooler/auth"
 )
 
 // Database is the database the suites run in; it is created at start so the
@@ -161,7 +161,7 @@ func StartPooler(c *Cluster, m Mode, logger *slog.Logger) (*Pooler, error) {
 		cancel()
 		return nil, fmt.Errorf("driversuite: backend.NewManager: %w", err)
 	}
-	trust, err := auth.New(auth.Config{Method: auth.MethodTrust, TrustLoopbackOnly: true})
+	trust, err := pgauth.New(pgauth.Config{Method: pgauth.MethodTrust, TrustLoopbackOnly: true})
 	if err != nil {
 		cancel()
 		mgr.Close()

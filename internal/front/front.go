@@ -43,6 +43,16 @@ type Peer struct {
 	// answered 'N' and the session continues in the clear inside it.
 	Secure bool
 
+	// ClientCertSHA256 is the SHA-256 fingerprint (lower-case hex,
+	// Fingerprint) of the leaf certificate the client presented in its TLS
+	// handshake, or "" when it presented none. The TLS handshake proved the
+	// client holds the certificate's key, so the fingerprint identifies the
+	// client as a password would; the handler decides whether it trusts it
+	// (the pooler's edge trust). The QUIC front fills it in; a session
+	// resumed from a TLS ticket carries the certificate of the handshake
+	// that issued the ticket.
+	ClientCertSHA256 string
+
 	// StartTLS, when non-nil, is called after the handler answered 'S' to an
 	// SSLRequest. It performs the TLS handshake on the underlying connection
 	// and returns the encrypted stream that replaces the session's one. When

@@ -31,9 +31,9 @@ import (
 
 	"github.com/pgquic/pgquic/backend"
 	"github.com/pgquic/pgquic/internal/driversuite"
+	"github.com/pgquic/pgquic/internal/pgauth"
 	"github.com/pgquic/pgquic/internal/pgcluster"
 	"github.com/pgquic/pgquic/pooler"
-	"github.com/pgquic/pgquic/pooler/auth"
 )
 
 // Mode names a way of reaching PostgreSQL: directly, or through pgquic in
@@ -464,7 +464,7 @@ func startPooler(c *pgcluster.Cluster, m Mode, o Options) (*poolerProc, error) {
 		cancel()
 		return nil, fmt.Errorf("pgregress: backend.NewManager: %w", err)
 	}
-	trust, err := auth.New(auth.Config{Method: auth.MethodTrust, TrustLoopbackOnly: true})
+	trust, err := pgauth.New(pgauth.Config{Method: pgauth.MethodTrust, TrustLoopbackOnly: true})
 	if err != nil {
 		cancel()
 		mgr.Close()

@@ -22,9 +22,9 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/pgquic/pgquic/backend"
+	"github.com/pgquic/pgquic/internal/pgauth"
 	"github.com/pgquic/pgquic/internal/pgtest"
 	"github.com/pgquic/pgquic/pooler"
-	"github.com/pgquic/pgquic/pooler/auth"
 )
 
 // setupSQL is pgx's testsetup/postgresql_setup.sql without psql
@@ -371,35 +371,35 @@ type hbaAuth struct {
 	trust  pooler.Authenticator
 }
 
-// newHBAAuth builds an authenticator per method from pooler/auth with the
+// newHBAAuth builds an authenticator per method from internal/pgauth with the
 // pgx roles' password as a plaintext userlist, as pgx's
 // testsetup/pgbouncer-userlist.txt does.
 func newHBAAuth(osUser string) (*hbaAuth, error) {
-	users := make(map[string]auth.Secret)
+	users := make(map[string]pgauth.Secret)
 	for _, u := range []string{"pgx_md5", "pgx_scram", "pgx_pw", "pgx_ssl"} {
-		s, err := auth.ParseSecret(u, testPassword)
+		s, err := pgauth.ParseSecret(u, testPassword)
 		if err != nil {
 			return nil, err
 		}
 		users[u] = s
 	}
-	list := auth.NewUserlist(users)
-	mk := func(m auth.Method) (pooler.Authenticator, error) {
-		return auth.New(auth.Config{Method: m, Users: list})
+	list := pgauth.NewUserlist(users)
+	mk := func(m pgauth.Method) (pooler.Authenticator, error) {
+		return pgauth.New(pgauth.Config{Method: m, Users: list})
 	}
-	md5, err := mk(auth.MethodMD5)
+	md5, err := mk(pgauth.MethodMD5)
 	if err != nil {
 		return nil, err
 	}
-	scram, err := mk(auth.MethodSCRAM)
+	scram, err := mk(pgauth.MethodSCRAM)
 	if err != nil {
 		return nil, err
 	}
-	pw, err := mk(auth.MethodPassword)
+	pw, err := mk(pgauth.MethodPassword)
 	if err != nil {
 		return nil, err
 	}
-	trust, err := auth.New(auth.Config{Method: auth.MethodTrust, TrustLoopbackOnly: true})
+	trust, err := pgauth.New(pgauth.Config{Method: pgauth.MethodTrust, TrustLoopbackOnly: true})
 	if err != nil {
 		return nil, err
 	}

@@ -6,8 +6,6 @@
 package quicwire
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"net"
 	"sync"
@@ -16,6 +14,7 @@ import (
 
 	"github.com/quic-go/quic-go"
 
+	"github.com/pgquic/pgquic/internal/front"
 	"github.com/pgquic/pgquic/internal/pgproto"
 )
 
@@ -208,7 +207,5 @@ func AppCode(c pgproto.QUICErrorCode) quic.ApplicationErrorCode {
 
 // Fingerprint returns the hex SHA-256 of a DER certificate: the value a
 // client pins and a server with a generated certificate logs.
-func Fingerprint(der []byte) string {
-	sum := sha256.Sum256(der)
-	return hex.EncodeToString(sum[:])
-}
+// It is front.Fingerprint, the spelling Peer.ClientCertSHA256 uses too.
+func Fingerprint(der []byte) string { return front.Fingerprint(der) }

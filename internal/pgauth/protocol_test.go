@@ -1,4 +1,4 @@
-package auth
+package pgauth
 
 import (
 	"bytes"
@@ -12,8 +12,6 @@ import (
 
 	"github.com/jackc/pgx/v5/pgproto3"
 	"github.com/xdg-go/scram"
-
-	"github.com/pgquic/pgquic/pooler"
 )
 
 // saslInitial builds a SASLInitialResponse body.
@@ -159,7 +157,7 @@ func TestSCRAMProtocolViolations(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			err := a.Authenticate(context.Background(), tt.ex, "scram", nil)
-			if !errors.Is(err, ErrProtocol) || errors.Is(err, pooler.ErrAuthFailed) {
+			if !errors.Is(err, ErrProtocol) || errors.Is(err, ErrAuthFailed) {
 				t.Fatalf("err = %v, want ErrProtocol only", err)
 			}
 			if !strings.Contains(err.Error(), tt.wantMsg) {
@@ -192,7 +190,7 @@ func TestPasswordMessageFraming(t *testing.T) {
 			{[]byte("no-terminator"), ErrProtocol},
 			{[]byte("two\x00parts\x00"), ErrProtocol},
 			{[]byte{}, ErrProtocol},
-			{[]byte{0}, pooler.ErrAuthFailed}, // empty password
+			{[]byte{0}, ErrAuthFailed}, // empty password
 			{[]byte("secret-plain\x00"), nil},
 		} {
 			if m == MethodMD5 && tt.want == nil {
@@ -223,7 +221,7 @@ func TestTransportErrors(t *testing.T) {
 			t.Fatal(err)
 		}
 		err = a.Authenticate(context.Background(), failingExchange{broken}, "plain", nil)
-		if !errors.Is(err, broken) || errors.Is(err, pooler.ErrAuthFailed) || errors.Is(err, ErrProtocol) {
+		if !errors.Is(err, broken) || errors.Is(err, ErrAuthFailed) || errors.Is(err, ErrProtocol) {
 			t.Errorf("%s: err %v, want the transport error only", m, err)
 		}
 	}

@@ -1,4 +1,4 @@
-package auth
+package pgauth
 
 import (
 	"errors"
@@ -10,8 +10,6 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"go.uber.org/goleak"
-
-	"github.com/pgquic/pgquic/pooler"
 )
 
 func TestMain(m *testing.M) {
@@ -122,7 +120,7 @@ func TestAuthenticateWithPgconn(t *testing.T) {
 				}
 				return
 			}
-			if !errors.Is(res.server.err, pooler.ErrAuthFailed) {
+			if !errors.Is(res.server.err, ErrAuthFailed) {
 				t.Fatalf("server error = %v, want ErrAuthFailed", res.server.err)
 			}
 			want := `password authentication failed for user "` + tt.user + `"`
@@ -172,7 +170,7 @@ func TestTrustLoopbackOnly(t *testing.T) {
 		if p.ok != (res.server.err == nil) || p.ok != (res.clientErr == nil) {
 			t.Errorf("peer %v: server err %v, client err %v; want ok=%v", p.peer, res.server.err, res.clientErr, p.ok)
 		}
-		if !p.ok && !errors.Is(res.server.err, pooler.ErrAuthFailed) {
+		if !p.ok && !errors.Is(res.server.err, ErrAuthFailed) {
 			t.Errorf("peer %v: error %v does not wrap ErrAuthFailed", p.peer, res.server.err)
 		}
 	}

@@ -1,4 +1,4 @@
-package auth
+package pgauth
 
 import (
 	"context"
@@ -9,8 +9,6 @@ import (
 
 	"github.com/jackc/pgx/v5/pgproto3"
 	"github.com/xdg-go/scram"
-
-	"github.com/pgquic/pgquic/pooler"
 )
 
 // scramMechanism is the only SASL mechanism offered. The -PLUS variant needs
@@ -22,7 +20,7 @@ const scramMechanism = "SCRAM-SHA-256"
 // only an md5 hash (which cannot answer SCRAM), the exchange still runs to the
 // end against a mock verifier and then fails, like PostgreSQL's mock
 // authentication, so a client cannot tell which case it hit.
-func (a *Authenticator) scramAuth(ctx context.Context, ex pooler.AuthExchange, user string, secret Secret, found bool) error {
+func (a *Authenticator) scramAuth(ctx context.Context, ex Exchange, user string, secret Secret, found bool) error {
 	keys, real, why, err := a.scramKeysFor(user, secret, found)
 	if err != nil {
 		return err

@@ -1,4 +1,4 @@
-package auth
+package pgauth
 
 import (
 	"bytes"
@@ -10,15 +10,13 @@ import (
 	"fmt"
 
 	"github.com/jackc/pgx/v5/pgproto3"
-
-	"github.com/pgquic/pgquic/pooler"
 )
 
 // md5Auth runs PostgreSQL's md5 challenge: the client answers a random 4-byte
 // salt with "md5" + hex(md5(hex(md5(password + user)) + salt)). A user that
 // is unknown or has no md5-capable secret still gets a challenge, and fails
 // once it answers.
-func (a *Authenticator) md5Auth(ctx context.Context, ex pooler.AuthExchange, user string, secret Secret, found bool) error {
+func (a *Authenticator) md5Auth(ctx context.Context, ex Exchange, user string, secret Secret, found bool) error {
 	var salt [4]byte
 	if _, err := rand.Read(salt[:]); err != nil {
 		return fmt.Errorf("generate md5 salt: %w", err)
@@ -48,7 +46,7 @@ func (a *Authenticator) md5Auth(ctx context.Context, ex pooler.AuthExchange, use
 
 // passwordAuth asks for the cleartext password and checks it against any
 // kind of secret.
-func (a *Authenticator) passwordAuth(ctx context.Context, ex pooler.AuthExchange, user string, secret Secret, found bool) error {
+func (a *Authenticator) passwordAuth(ctx context.Context, ex Exchange, user string, secret Secret, found bool) error {
 	if err := ex.Send(&pgproto3.AuthenticationCleartextPassword{}); err != nil {
 		return fmt.Errorf("send AuthenticationCleartextPassword: %w", err)
 	}
@@ -71,7 +69,7 @@ func (a *Authenticator) passwordAuth(ctx context.Context, ex pooler.AuthExchange
 // receivePasswordMessage reads a PasswordMessage body: one C string filling
 // the whole message, as PostgreSQL's recv_password_packet demands. An empty
 // password is refused as PostgreSQL refuses it.
-func (a *Authenticator) receivePasswordMessage(ctx context.Context, ex pooler.AuthExchange, user string) (string, error) {
+func (a *Authenticator) receivePasswordMessage(ctx context.Context, ex Exchange, user string) (string, error) {
 	body, err := ex.ReceivePassword(ctx)
 	if err != nil {
 		return "", fmt.Errorf("receive PasswordMessage: %w", err)

@@ -1,6 +1,9 @@
-// Package auth authenticates the clients of the pgquic pooler.
+// Package pgauth authenticates PostgreSQL clients for the pgquic pooler and
+// for the edge sidecar, which authenticates its local clients itself before
+// it answers their startup (local startup). It depends on neither, so both
+// can import it without the edge reaching the pooler.
 //
-// It implements pooler.Authenticator with the password methods PostgreSQL
+// It implements the pooler's Authenticator with the password methods PostgreSQL
 // offers (trust, scram-sha-256, md5 and password) against a PgBouncer-style
 // userlist, following the server's own rules from src/backend/libpq/auth.c
 // and auth-scram.c: md5 falls back to SCRAM for users stored with a SCRAM
@@ -9,7 +12,7 @@
 // The wire exchanges follow "Message Flow: Start-up" and "SASL
 // Authentication" in the PostgreSQL protocol documentation
 // (https://www.postgresql.org/docs/current/sasl-authentication.html).
-package auth
+package pgauth
 
 import (
 	"context"
@@ -22,8 +25,9 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/jackc/pgx/v5/pgproto3"
+
 	"github.com/pgquic/pgquic/internal/pgproto"
-	"github.com/pgquic/pgquic/pooler"
 )
 
 // Method names a client authentication method. The spellings are those of
@@ -59,6 +63,19 @@ func ParseMethod(s string) (Method, error) {
 		return "", fmt.Errorf("unknown auth method %q (want trust, scram-sha-256, md5 or password)", s)
 	}
 }
+
+// Bounds on a client's authentication messages, PostgreSQL's own, counting
+// the 4-byte length word as pq_getmessage does. A password packet (cleartext
+// or md5) is read with PG_MAX_AUTH_TOKEN_LENGTH, 65535 bytes
+// (recv_password_packet in src/backend/libpq/auth.c; older releases read it
+// with a limit of 1000); a SASLInitialResponse or SASLResponse with
+// PG_MAX_SASL_MESSAGE_LENGTH, 1024 bytes (CheckSASLAuth in
+// src/backend/libpq/auth-sasl.c). Until a client has authenticated nothing
+// larger is read from it; the pooler's MaxMessageLen applies only afterwards.
+const (
+	MaxPasswordPacketLen = 65535
+	MaxSASLMessageLen    = 1024
+)
 
 // ErrProtocol reports a client message that breaks the authentication
 // protocol (a malformed SASL message, a wrong mechanism, a request for
@@ -122,7 +139,7 @@ func (e *Error) LogValue() slog.Value {
 // message PostgreSQL sends whatever the real reason.
 func authFailed(user, detail string) error {
 	return &Error{
-		Kind:    pooler.ErrAuthFailed,
+		Kind:    ErrAuthFailed,
 		User:    user,
 		Message: fmt.Sprintf("password authentication failed for user %q", user),
 		Detail:  detail,
@@ -148,7 +165,7 @@ type Config struct {
 }
 
 // Authenticator checks clients against a Config. It implements
-// pooler.Authenticator and is safe for concurrent use by many sessions.
+// the pooler's Authenticator and is safe for concurrent use by many sessions.
 type Authenticator struct {
 	method       Method
 	users        *Userlist
@@ -172,7 +189,23 @@ type cachedKeys struct {
 	keys  scramKeys
 }
 
-var _ pooler.Authenticator = (*Authenticator)(nil)
+// Exchange is the part of a session an Authenticator uses: send
+// authentication requests and read the client's password-type ('p')
+// replies. The pooler's sessions and the edge's local sessions implement it;
+// pooler.AuthExchange is this type.
+type Exchange interface {
+	// Send writes and flushes the messages.
+	Send(msgs ...pgproto3.BackendMessage) error
+	// ReceivePassword reads the next client message, which must be of type
+	// 'p' (PasswordMessage, SASLInitialResponse or SASLResponse), and returns
+	// its body. The slice is valid until the next call.
+	ReceivePassword(ctx context.Context) ([]byte, error)
+}
+
+// ErrAuthFailed reports wrong or missing credentials. Sessions that fail
+// with it get SQLSTATE 28P01, as PostgreSQL sends for a bad password;
+// pooler.ErrAuthFailed is this value.
+var ErrAuthFailed = errors.New("authentication failed")
 
 // New validates cfg and returns an Authenticator. Every method except trust
 // needs Users.
@@ -204,17 +237,17 @@ func (a *Authenticator) Method() Method { return a.method }
 
 // Authenticate runs the configured method for user over ex. It returns nil
 // when the client proved its identity (the caller then sends
-// AuthenticationOk), an error wrapping pooler.ErrAuthFailed for wrong
+// AuthenticationOk), an error wrapping ErrAuthFailed for wrong
 // credentials, an error wrapping ErrProtocol for malformed client messages,
 // and the transport's or ctx's error when the exchange could not finish.
-func (a *Authenticator) Authenticate(ctx context.Context, ex pooler.AuthExchange, user string, peer net.Addr) error {
+func (a *Authenticator) Authenticate(ctx context.Context, ex Exchange, user string, peer net.Addr) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
 	if a.method == MethodTrust {
 		if a.loopbackOnly && !isLocalPeer(peer) {
 			return &Error{
-				Kind:    pooler.ErrAuthFailed,
+				Kind:    ErrAuthFailed,
 				User:    user,
 				Message: fmt.Sprintf("trust authentication failed for user %q: only loopback clients are trusted", user),
 				Detail:  fmt.Sprintf("peer %s is not a loopback address", peer),

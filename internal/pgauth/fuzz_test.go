@@ -1,12 +1,10 @@
-package auth
+package pgauth
 
 import (
 	"bytes"
 	"context"
 	"errors"
 	"testing"
-
-	"github.com/pgquic/pgquic/pooler"
 )
 
 // fuzzUsers are the startup users a fuzz input can pick, one per path
@@ -17,7 +15,7 @@ var fuzzUsers = []string{"scram", "plain", "md5", "nopw", "nobody"}
 // SASLResponse bodies to the SCRAM exchange. It must never panic, never
 // accept the client, and fail only with ErrProtocol, ErrAuthFailed or the
 // end of the scripted input. Run with
-// go test -fuzz=FuzzSCRAMClientMessages ./pooler/auth/.
+// go test -fuzz=FuzzSCRAMClientMessages ./internal/pgauth/.
 func FuzzSCRAMClientMessages(f *testing.F) {
 	f.Add([]byte("n,,n=,r=rOprNGfwEbeRWgbNEkqO"), []byte("c=biws,r=rOprNGfwEbeRWgbNEkqO%hvYDpWUa2RaTCAfuxFIlj)hNlF$k0,p=dHzbZapWIk4jUhN+Ute9ytag9zjfMHgsqmmiz7AndVQ="), true, uint8(0))
 	f.Add([]byte("y,,n=user,r=abc"), []byte("c=eSws,r=abc,p=AAAA"), true, uint8(1))
@@ -43,7 +41,7 @@ func FuzzSCRAMClientMessages(f *testing.F) {
 		if err == nil {
 			t.Fatalf("random input authenticated %q: %q / %q", user, first, final)
 		}
-		if !errors.Is(err, ErrProtocol) && !errors.Is(err, pooler.ErrAuthFailed) && !errors.Is(err, errScriptDone) {
+		if !errors.Is(err, ErrProtocol) && !errors.Is(err, ErrAuthFailed) && !errors.Is(err, errScriptDone) {
 			t.Fatalf("unexpected error kind: %v", err)
 		}
 	})

@@ -1,4 +1,4 @@
-package auth
+package pgauth
 
 import (
 	"context"
@@ -11,15 +11,13 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgproto3"
-
-	"github.com/pgquic/pgquic/pooler"
 )
 
 // testTimeout bounds every exchange generously: the machine is shared and
 // noisy, and PBKDF2 runs on both ends.
 const testTimeout = 60 * time.Second
 
-// backendExchange implements pooler.AuthExchange over a pgproto3.Backend,
+// backendExchange implements Exchange over a pgproto3.Backend,
 // the way a pooler session would, and records what it sent so tests can
 // check which method ran.
 type backendExchange struct {
@@ -94,7 +92,7 @@ type serverResult struct {
 // authenticate, then either send an ErrorResponse (like the pooler will) or
 // finish the startup with AuthenticationOk, ParameterStatus, BackendKeyData
 // and ReadyForQuery, and wait for the client to go away.
-func serveSession(ctx context.Context, a pooler.Authenticator, conn net.Conn, peer net.Addr) serverResult {
+func serveSession(ctx context.Context, a *Authenticator, conn net.Conn, peer net.Addr) serverResult {
 	defer conn.Close()
 	be := pgproto3.NewBackend(conn, conn)
 	msg, err := be.ReceiveStartupMessage()
@@ -148,7 +146,7 @@ type connectResult struct {
 
 // connectPgconn connects pgx's pgconn, with its real SCRAM, md5 and
 // cleartext client code, to serveSession over an in-memory pipe.
-func connectPgconn(t *testing.T, a pooler.Authenticator, user, password string, peer net.Addr) connectResult {
+func connectPgconn(t *testing.T, a *Authenticator, user, password string, peer net.Addr) connectResult {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 	defer cancel()

@@ -1,4 +1,4 @@
-package auth
+package pgauth
 
 import (
 	"errors"
@@ -133,7 +133,7 @@ func TestPostgresVerifiers(t *testing.T) {
 	}
 
 	// pgx's own SCRAM client against PostgreSQL's verifier, through the
-	// authenticator, with the SCRAM and md5 methods (md5 falls back to SCRAM).
+	// Authenticator, with the SCRAM and md5 methods (md5 falls back to SCRAM).
 	for _, m := range []Method{MethodSCRAM, MethodMD5} {
 		a, err := New(Config{Method: m, Users: users})
 		if err != nil {

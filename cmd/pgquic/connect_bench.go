@@ -1,0 +1,428 @@
+package main
+
+import (
+	"context"
+	"crypto/x509"
+	"encoding/json"
+	"encoding/pem"
+	"errors"
+	"flag"
+	"fmt"
+	"html"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/pgquic/pgquic/config"
+	"github.com/pgquic/pgquic/edge"
+	"github.com/pgquic/pgquic/internal/pgauth"
+	"github.com/pgquic/pgquic/loadgen/wan"
+	"github.com/pgquic/pgquic/quicclient"
+	"github.com/pgquic/pgquic/quicfront"
+)
+
+const connectBenchUsage = `Usage: pgquic connect-bench [--rtt 150ms] [--n 20] [--paths tcp,...] [--json FILE] [--html FILE]
+
+Measures a new session's time to first row (connect, then SELECT 1 and its
+result) on each path across the WAN relay, beside the model's round trips:
+  tcp            TCP, trust                       3 RTT (TCP handshake, startup, query)
+  tcp+tls        TCP, TLS 1.3, trust              5 RTT (+ SSLRequest, TLS handshake)
+  tcp+tls+scram  TCP, TLS 1.3, SCRAM-SHA-256      7 RTT (+ two SASL round trips)
+  quic           a fresh QUIC connection each     3 RTT (QUIC handshake, startup, query)
+  edge           pgquic edge, warm connection     2 RTT (startup, query)
+  edge-local     edge with --local-startup        1 RTT (startup and query in one flight)
+It starts a throwaway PostgreSQL, two in-process poolers (trust with
+--edge-trust, and SCRAM) and the relays, and prints median and p99.
+
+Flags:
+`
+
+// connectPath is one way to open a session, with its model round trips.
+type connectPath struct {
+	name string
+	rtts int
+}
+
+var connectPaths = []connectPath{
+	{"tcp", 3}, {"tcp+tls", 5}, {"tcp+tls+scram", 7}, {"quic", 3}, {"edge", 2}, {"edge-local", 1},
+}
+
+// connectResult is one path's measurement, as --json writes it.
+type connectResult struct {
+	Path            string    `json:"path"`
+	ModelRoundTrips int       `json:"model_round_trips"`
+	ModelMS         float64   `json:"model_ms"`
+	MedianMS        float64   `json:"median_ms"`
+	P99MS           float64   `json:"p99_ms"`
+	SamplesMS       []float64 `json:"samples_ms"`
+}
+
+// connectReport is the --json document.
+type connectReport struct {
+	RTTMS float64         `json:"rtt_ms"`
+	N     int             `json:"n"`
+	WAN   string          `json:"wan"`
+	Date  string          `json:"date"`
+	Paths []connectResult `json:"paths"`
+}
+
+func runConnectBench(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("connect-bench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	rtt := fs.Duration("rtt", 150*time.Millisecond, "round trip the WAN relay adds")
+	n := fs.Int("n", 20, "new sessions per path")
+	pathsFlag := fs.String("paths", "", "comma-separated `paths` to run (default: all)")
+	jsonFile := fs.String("json", "", "write the results as JSON to `FILE`")
+	htmlFile := fs.String("html", "", "write a self-contained page with a chart of the results to `FILE`")
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), connectBenchUsage)
+		fs.PrintDefaults()
+	}
+	if err := parseFlags(fs, args, stdout); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	paths := connectPaths
+	if *pathsFlag != "" {
+		paths = nil
+		for _, name := range strings.Split(*pathsFlag, ",") {
+			i := slices.IndexFunc(connectPaths, func(p connectPath) bool { return p.name == name })
+			if i < 0 {
+				fmt.Fprintf(stderr, "pgquic connect-bench: --paths: unknown path %q\n", name)
+				return 2
+			}
+			paths = append(paths, connectPaths[i])
+		}
+	}
+	if *rtt <= 0 || *n < 1 {
+		fmt.Fprintln(stderr, "pgquic connect-bench: --rtt must be positive and --n at least 1")
+		return 2
+	}
+	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	rep, err := connectBench(ctx, *rtt, *n, paths, logger)
+	if err != nil {
+		fmt.Fprintf(stderr, "pgquic connect-bench: %v\n", err)
+		return 1
+	}
+	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintf(tw, "time to first row of a new session, RTT %v (WAN emulator: %s mode), %d sessions per path\n", *rtt, rep.WAN, *n)
+	fmt.Fprintln(tw, "path\tmodel\tmodel ms\tmedian ms\tp99 ms\tmedian/model")
+	for _, r := range rep.Paths {
+		fmt.Fprintf(tw, "%s\t%d RTT\t%.0f\t%.1f\t%.1f\t%.2f\n", r.Path, r.ModelRoundTrips, r.ModelMS, r.MedianMS, r.P99MS, r.MedianMS/r.ModelMS)
+	}
+	_ = tw.Flush()
+	if *jsonFile != "" {
+		b, _ := json.MarshalIndent(rep, "", "  ")
+		if err := os.WriteFile(*jsonFile, append(b, '\n'), 0o644); err != nil {
+			fmt.Fprintf(stderr, "pgquic connect-bench: %v\n", err)
+			return 1
+		}
+	}
+	if *htmlFile != "" {
+		if err := os.WriteFile(*htmlFile, connectBenchHTML(rep), 0o644); err != nil {
+			fmt.Fprintf(stderr, "pgquic connect-bench: %v\n", err)
+			return 1
+		}
+	}
+	return 0
+}
+
+// connectBenchHTML renders the report as one page with no network
+// fetches: a bar chart of each path's median and p99 beside its model.
+func connectBenchHTML(rep *connectReport) []byte {
+	var b strings.Builder
+	top := 1.0
+	for _, r := range rep.Paths {
+		top = max(top, r.P99MS, r.ModelMS)
+	}
+	const rowH, left, width = 34, 120, 600
+	h := rowH*len(rep.Paths) + 40
+	fmt.Fprintf(&b, "<!doctype html><meta charset=utf-8><title>pgquic connect-bench</title>\n")
+	fmt.Fprintf(&b, "<h1>Time to first row of a new session</h1><p>RTT %.0f ms (WAN emulator: %s mode), %d sessions per path, %s.</p>\n",
+		rep.RTTMS, html.EscapeString(rep.WAN), rep.N, html.EscapeString(rep.Date))
+	fmt.Fprintf(&b, "<svg xmlns='http://www.w3.org/2000/svg' width='%d' height='%d' font-family='sans-serif' font-size='12'>\n", left+width+80, h)
+	scale := func(v float64) float64 { return v / top * width }
+	for i, r := range rep.Paths {
+		y := 10 + i*rowH
+		fmt.Fprintf(&b, "<text x='0' y='%d'>%s</text>\n", y+14, html.EscapeString(r.Path))
+		fmt.Fprintf(&b, "<rect x='%d' y='%d' width='%.1f' height='10' fill='#bbb'><title>p99 %.1f ms</title></rect>\n", left, y, scale(r.P99MS), r.P99MS)
+		fmt.Fprintf(&b, "<rect x='%d' y='%d' width='%.1f' height='10' fill='#36c'><title>median %.1f ms</title></rect>\n", left, y, scale(r.MedianMS), r.MedianMS)
+		fmt.Fprintf(&b, "<line x1='%.1f' x2='%.1f' y1='%d' y2='%d' stroke='#c33' stroke-width='2'><title>model %d RTT = %.0f ms</title></line>\n",
+			float64(left)+scale(r.ModelMS), float64(left)+scale(r.ModelMS), y-3, y+13, r.ModelRoundTrips, r.ModelMS)
+		fmt.Fprintf(&b, "<text x='%.1f' y='%d'>%.0f ms</text>\n", float64(left)+scale(r.P99MS)+6, y+10, r.MedianMS)
+	}
+	fmt.Fprintf(&b, "<text x='%d' y='%d'>blue: median, grey: p99, red: the model's round trips</text></svg>\n", left, h-8)
+	b.WriteString("<table border=1 cellpadding=4><tr><th>path<th>model<th>model ms<th>median ms<th>p99 ms</tr>\n")
+	for _, r := range rep.Paths {
+		fmt.Fprintf(&b, "<tr><td>%s<td>%d RTT<td>%.0f<td>%.1f<td>%.1f</tr>\n", html.EscapeString(r.Path), r.ModelRoundTrips, r.ModelMS, r.MedianMS, r.P99MS)
+	}
+	b.WriteString("</table>\n")
+	return []byte(b.String())
+}
+
+// connectBench sets up the poolers, relays and edges and measures paths.
+func connectBench(ctx context.Context, rtt time.Duration, n int, paths []connectPath, logger *slog.Logger) (*connectReport, error) {
+	dir, err := os.MkdirTemp("", "pgquic-connect-bench-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(dir)
+	serverCert, serverKey, err := writeBenchCert(dir, "server")
+	if err != nil {
+		return nil, err
+	}
+	edgeCert, edgeKey, err := writeBenchCert(dir, "edge")
+	if err != nil {
+		return nil, err
+	}
+	edgeFP, err := certFileFingerprint(edgeCert)
+	if err != nil {
+		return nil, err
+	}
+	trustFile := filepath.Join(dir, "edges.txt")
+	if err := os.WriteFile(trustFile, []byte(edgeFP+" * *\n"), 0o600); err != nil {
+		return nil, err
+	}
+
+	// Pooler A: trust, TLS, edge trust; it starts the throwaway PostgreSQL.
+	cfgA := config.Default()
+	cfgA.TCPListen, cfgA.QUICListen, cfgA.MetricsListen = "127.0.0.1:0", "127.0.0.1:0", ""
+	cfgA.TLSCert, cfgA.TLSKey, cfgA.EdgeTrust = serverCert, serverKey, trustFile
+	cfgA.Explicit.AuthMethod = true
+	if err := cfgA.Validate(); err != nil {
+		return nil, err
+	}
+	srvA, stopA, err := runBenchServer(ctx, cfgA, logger)
+	if err != nil {
+		return nil, err
+	}
+	defer stopA()
+	cluster := srvA.cluster
+	users := filepath.Join(dir, "users.txt")
+	if err := os.WriteFile(users, fmt.Appendf(nil, "%q %q\n", cluster.SuperUser, cluster.SuperPassword), 0o600); err != nil {
+		return nil, err
+	}
+	// Pooler B: SCRAM over TLS, on A's PostgreSQL.
+	cfgB := *cfgA
+	cfgB.QUICListen, cfgB.EdgeTrust = "", ""
+	cfgB.Backend = cluster.SuperURL("postgres")
+	cfgB.Auth = config.Auth{Method: "scram-sha-256", File: users}
+	if err := cfgB.Validate(); err != nil {
+		return nil, err
+	}
+	srvB, stopB, err := runBenchServer(ctx, &cfgB, logger)
+	if err != nil {
+		return nil, err
+	}
+	defer stopB()
+
+	// What is started below is stopped at the end, the last first.
+	var closers []func() error
+	defer func() {
+		for _, c := range slices.Backward(closers) {
+			_ = c()
+		}
+	}()
+	relay := func(upstream string) (string, error) {
+		r, err := wan.New(wan.Config{Listen: "127.0.0.1:0", Upstream: upstream, RTT: rtt}, logger)
+		if err != nil {
+			return "", err
+		}
+		if err := r.Start(ctx); err != nil {
+			return "", err
+		}
+		closers = append(closers, r.Close)
+		return r.Addr(), nil
+	}
+	tcpA, err := relay(srvA.tcp.Addr().String())
+	if err != nil {
+		return nil, err
+	}
+	quicA, err := relay(srvA.quic.Addr().String())
+	if err != nil {
+		return nil, err
+	}
+	tcpB, err := relay(srvB.tcp.Addr().String())
+	if err != nil {
+		return nil, err
+	}
+	pin := srvA.quic.Fingerprint()
+	user := cluster.SuperUser
+
+	startEdge := func(local bool) (string, error) {
+		dc := quicclient.DialerConfig{Addr: quicA, Conns: 1, PinSHA256: pin}
+		ec := edge.Config{Listen: "127.0.0.1:0"}
+		if local {
+			dc.CertFile, dc.KeyFile = edgeCert, edgeKey
+			a, err := pgauth.New(pgauth.Config{Method: pgauth.MethodTrust, TrustLoopbackOnly: true})
+			if err != nil {
+				return "", err
+			}
+			ec.LocalAuth, ec.LocalStartup = a, true
+		}
+		d, err := quicclient.NewDialer(dc, logger)
+		if err != nil {
+			return "", err
+		}
+		closers = append(closers, d.Close)
+		ec.Dialer = d
+		e, err := edge.New(ec, logger, nil)
+		if err != nil {
+			return "", err
+		}
+		if err := e.Listen(); err != nil {
+			return "", err
+		}
+		ectx, cancel := context.WithCancel(ctx)
+		done := make(chan struct{})
+		go func() { _ = e.Serve(ectx); close(done) }()
+		closers = append(closers, func() error { cancel(); <-done; return nil })
+		return e.Addr().String(), nil
+	}
+
+	rep := &connectReport{RTTMS: ms(rtt), N: n, WAN: "relay", Date: time.Now().UTC().Format(time.RFC3339)}
+	for _, p := range paths {
+		var session func(context.Context) error
+		url := func(addr, extra string) string {
+			return fmt.Sprintf("postgres://%s@%s/postgres?%s", user, addr, extra)
+		}
+		pgSession := func(connString string, password string) func(context.Context) error {
+			return func(ctx context.Context) error {
+				cfg, err := pgconn.ParseConfig(connString)
+				if err != nil {
+					return err
+				}
+				cfg.Password = password
+				return firstRow(ctx, cfg)
+			}
+		}
+		warm := 0
+		switch p.name {
+		case "tcp":
+			session = pgSession(url(tcpA, "sslmode=disable"), "")
+		case "tcp+tls":
+			session = pgSession(url(tcpA, "sslmode=require"), "")
+		case "tcp+tls+scram":
+			session = pgSession(url(tcpB, "sslmode=require"), cluster.SuperPassword)
+		case "quic":
+			session = func(ctx context.Context) error {
+				d, err := quicclient.NewDialer(quicclient.DialerConfig{Addr: quicA, Conns: 1, PinSHA256: pin}, logger)
+				if err != nil {
+					return err
+				}
+				defer d.Close()
+				cfg, err := pgconn.ParseConfig(url("quic", "sslmode=disable"))
+				if err != nil {
+					return err
+				}
+				cfg.DialFunc, cfg.LookupFunc = d.DialFunc(), d.LookupFunc()
+				return firstRow(ctx, cfg)
+			}
+		case "edge", "edge-local":
+			addr, err := startEdge(p.name == "edge-local")
+			if err != nil {
+				return nil, err
+			}
+			session = pgSession(url(addr, "sslmode=disable"), "")
+			warm = 2 // the QUIC connection, and the greeting cache
+		}
+		// One warm-up session per path (pools, parameter spellings), more
+		// for the edges.
+		for range 1 + warm {
+			if err := session(ctx); err != nil {
+				return nil, fmt.Errorf("%s: warm-up session: %w", p.name, err)
+			}
+		}
+		res := connectResult{Path: p.name, ModelRoundTrips: p.rtts, ModelMS: ms(rtt) * float64(p.rtts)}
+		for range n {
+			start := time.Now()
+			if err := session(ctx); err != nil {
+				return nil, fmt.Errorf("%s: %w", p.name, err)
+			}
+			res.SamplesMS = append(res.SamplesMS, ms(time.Since(start)))
+		}
+		sorted := slices.Sorted(slices.Values(res.SamplesMS))
+		res.MedianMS = sorted[len(sorted)/2]
+		res.P99MS = sorted[min(len(sorted)-1, (len(sorted)*99+99)/100-1)]
+		rep.Paths = append(rep.Paths, res)
+	}
+	return rep, nil
+}
+
+// firstRow opens a session with cfg, runs SELECT 1 and reads its result:
+// a new session's time to first row.
+func firstRow(ctx context.Context, cfg *pgconn.Config) error {
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	c, err := pgconn.ConnectConfig(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer c.Close(context.WithoutCancel(ctx))
+	res, err := c.Exec(ctx, "SELECT 1").ReadAll()
+	if err != nil {
+		return err
+	}
+	if len(res) != 1 || len(res[0].Rows) != 1 || string(res[0].Rows[0][0]) != "1" {
+		return fmt.Errorf("SELECT 1 returned %v", res)
+	}
+	return nil
+}
+
+// runBenchServer starts serve's wiring in-process and returns a function
+// that stops it.
+func runBenchServer(ctx context.Context, cfg *config.Config, logger *slog.Logger) (*server, func(), error) {
+	srv, err := startServer(ctx, cfg, logger)
+	if err != nil {
+		return nil, nil, err
+	}
+	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	done := make(chan error, 1)
+	go func() { done <- srv.Run(runCtx) }()
+	return srv, func() { cancel(); <-done }, nil
+}
+
+// writeBenchCert writes a self-signed certificate and key into dir.
+func writeBenchCert(dir, name string) (certFile, keyFile string, err error) {
+	cert, err := quicfront.GenerateSelfSigned("127.0.0.1")
+	if err != nil {
+		return "", "", err
+	}
+	keyDER, err := x509.MarshalPKCS8PrivateKey(cert.PrivateKey)
+	if err != nil {
+		return "", "", err
+	}
+	certFile, keyFile = filepath.Join(dir, name+".crt"), filepath.Join(dir, name+".key")
+	if err := os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: cert.Certificate[0]}), 0o600); err != nil {
+		return "", "", err
+	}
+	if err := os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER}), 0o600); err != nil {
+		return "", "", err
+	}
+	return certFile, keyFile, nil
+}
+
+// certFileFingerprint returns the fingerprint of a PEM certificate file.
+func certFileFingerprint(path string) (string, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", err
+	}
+	blk, _ := pem.Decode(b)
+	if blk == nil {
+		return "", fmt.Errorf("%s: no PEM block", path)
+	}
+	return quicclient.Fingerprint(blk.Bytes), nil
+}
+
+// ms converts a duration to milliseconds.
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }

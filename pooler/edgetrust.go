@@ -1,0 +1,50 @@
+package pooler
+
+import (
+	"fmt"
+
+	"github.com/pgquic/pgquic/internal/pgauth"
+	"github.com/pgquic/pgquic/internal/pgproto"
+)
+
+// EdgeTrust says which client certificates are trusted edges and what each
+// may assert (Config.EdgeTrust). *pgauth.EdgeTrust implements it; a server
+// that reloads its configuration implements it with whatever table is in
+// force, so a reload applies to the next session.
+type EdgeTrust interface {
+	// Edge returns the grant of the certificate with this fingerprint
+	// (front.Fingerprint's spelling), false when it is not a trusted edge.
+	Edge(fingerprint string) (*pgauth.EdgeGrant, bool)
+}
+
+// edgeLogin decides a session's startup by edge trust before any password
+// exchange. It reports trusted when the client's certificate is a trusted
+// edge's and the edge may open sessions for the user and database asked
+// for: the session then starts without authenticating, as PostgreSQL's
+// cert method lets a certificate's holder in. A trusted edge asking for a
+// user or database outside its set gets a FATAL 28000 refusal, logged
+// with the edge's fingerprint; a certificate that is not a trusted edge's
+// (or none) asserts nothing, and the session authenticates as usual. The
+// admin console counts only when the grant names it, not through "*".
+func (s *session) edgeLogin(sp *startupParams) (trusted bool, refusal *PGError) {
+	fp := s.peer.ClientCertSHA256
+	if s.p.cfg.EdgeTrust == nil || fp == "" {
+		return false, nil
+	}
+	g, ok := s.p.cfg.EdgeTrust.Edge(fp)
+	if !ok {
+		return false, nil
+	}
+	dbOK := g.AllowsDatabase(sp.db)
+	if c := s.p.console(); c != nil && c.IsConsole(sp.db) {
+		dbOK = g.ListsDatabase(sp.db)
+	}
+	if !g.AllowsUser(sp.user) || !dbOK {
+		s.log.Warn("refusing a session from a trusted edge: user or database outside its set",
+			"edge", fp, "edge_trust_line", g.Line, "user", sp.user, "database", sp.db)
+		return false, fatal(pgproto.CodeInvalidAuthSpec,
+			fmt.Sprintf("edge certificate %.16s… is not allowed to open sessions for user %q on database %q", fp, sp.user, sp.db), nil)
+	}
+	s.log.Debug("session started by a trusted edge", "edge", fp, "edge_trust_line", g.Line)
+	return true, nil
+}
