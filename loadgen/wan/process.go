@@ -34,6 +34,9 @@ const (
 // relay and logs StoppedMessage with its counters. It is the body of
 // `pgquic wan`.
 func Run(ctx context.Context, cfg Config, logger *slog.Logger) error {
+	if cfg.Packet {
+		return runPacket(ctx, cfg, logger)
+	}
 	r, err := New(cfg, logger)
 	if err != nil {
 		return err
@@ -41,7 +44,7 @@ func Run(ctx context.Context, cfg Config, logger *slog.Logger) error {
 	if err := r.Start(ctx); err != nil {
 		return err
 	}
-	logger.Info(ReadyMessage, "listen", r.Addr(), "upstream", r.cfg.Upstream,
+	logger.Info(ReadyMessage, "mode", ModeRelay, "listen", r.Addr(), "upstream", r.cfg.Upstream,
 		"rtt", r.cfg.RTT.String(), "jitter", r.cfg.Jitter.String(), "loss", r.cfg.Loss)
 	<-ctx.Done()
 	_ = r.Close()
@@ -71,8 +74,9 @@ type ProcessConfig struct {
 // apart from the client's and the pooler's: Go cannot attribute CPU time to
 // goroutines, but the kernel attributes it to processes.
 type Process struct {
-	cmd  *exec.Cmd
-	addr string
+	cmd   *exec.Cmd
+	addr  string
+	netns string
 
 	done     chan struct{} // closed once the child exited and was reaped
 	stopOnce sync.Once
@@ -110,13 +114,14 @@ func StartProcess(ctx context.Context, pc ProcessConfig, cfg Config) (*Process, 
 		return nil, fmt.Errorf("wan: start %s: %w", pc.Path, err)
 	}
 	p := &Process{cmd: cmd, done: make(chan struct{})}
-	ready := make(chan string, 1)
+	ready := make(chan logLine, 1)
 	go p.readLog(stderr, pc.Log, ready)
 
 	timer := time.NewTimer(pc.ReadyTimeout)
 	defer timer.Stop()
 	select {
-	case p.addr = <-ready:
+	case l := <-ready:
+		p.addr, p.netns = l.Listen, l.Netns
 		return p, nil
 	case <-p.done:
 		return nil, fmt.Errorf("wan: the relay process exited before it was ready: %w (last log line: %s)", p.waitErr, p.lastLine)
@@ -134,13 +139,14 @@ func StartProcess(ctx context.Context, pc ProcessConfig, cfg Config) (*Process, 
 type logLine struct {
 	Msg    string `json:"msg"`
 	Listen string `json:"listen"`
+	Netns  string `json:"netns"`
 	Stats  *Stats `json:"stats"`
 }
 
 // readLog copies the child's log to w, picks out the ready and stopped
 // lines, then reaps the child. It owns the child's lifetime: done closes
 // after Wait.
-func (p *Process) readLog(r io.Reader, w io.Writer, ready chan<- string) {
+func (p *Process) readLog(r io.Reader, w io.Writer, ready chan<- logLine) {
 	defer close(p.done)
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
@@ -154,7 +160,7 @@ func (p *Process) readLog(r io.Reader, w io.Writer, ready chan<- string) {
 			switch l.Msg {
 			case ReadyMessage:
 				select {
-				case ready <- l.Listen:
+				case ready <- l:
 				default:
 				}
 			case StoppedMessage:
@@ -176,6 +182,10 @@ func (p *Process) readLog(r io.Reader, w io.Writer, ready chan<- string) {
 
 // Addr is the address the child relays from, for TCP and UDP alike.
 func (p *Process) Addr() string { return p.addr }
+
+// Netns names the client network namespace in packet mode ("" in relay
+// mode): clients must create their sockets there (InNetns) to reach Addr.
+func (p *Process) Netns() string { return p.netns }
 
 // Pid is the child's process ID.
 func (p *Process) Pid() int { return p.cmd.Process.Pid }

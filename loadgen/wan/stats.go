@@ -12,6 +12,8 @@ import (
 type Stats struct {
 	UDP UDPStats `json:"udp"`
 	TCP TCPStats `json:"tcp"`
+	// Packet holds packet mode's counters; nil in relay mode.
+	Packet *PacketStats `json:"packet,omitempty"`
 }
 
 // UDPStats counts datagrams.

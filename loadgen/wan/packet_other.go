@@ -1,0 +1,26 @@
+//go:build !linux
+
+package wan
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+)
+
+// PacketStats is what a packet-mode emulator counted (Linux only).
+type PacketStats struct {
+	Up         LinkStats `json:"up"`
+	Down       LinkStats `json:"down"`
+	TCPConns   uint64    `json:"tcp_conns"`
+	UDPFlows   uint64    `json:"udp_flows"`
+	DialErrors uint64    `json:"dial_errors"`
+}
+
+// PacketPermitted reports that packet mode needs Linux.
+func PacketPermitted() error { return errors.New("packet mode needs Linux network namespaces") }
+
+// InNetns is not available outside Linux.
+func InNetns(string, func() error) error { return PacketPermitted() }
+
+func runPacket(context.Context, Config, *slog.Logger) error { return PacketPermitted() }
