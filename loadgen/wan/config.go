@@ -255,8 +255,11 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 // Args returns the `pgquic wan` flags that reproduce c; StartProcess passes
 // them to the child.
 func (c Config) Args() []string {
-	args := []string{
-		"--listen", c.Listen,
+	var args []string
+	if !c.Packet {
+		args = append(args, "--listen", c.Listen) // packet mode's address is the namespace's
+	}
+	args = append(args,
 		"--upstream", c.Upstream,
 		"--rtt", c.RTT.String(),
 		"--jitter", c.Jitter.String(),
@@ -264,8 +267,8 @@ func (c Config) Args() []string {
 		"--udp-idle-timeout", c.UDPIdleTimeout.String(),
 		"--max-queue-bytes", strconv.Itoa(c.MaxQueueBytes),
 		"--max-udp-flows", strconv.Itoa(c.MaxUDPFlows),
-		"--netns=" + strconv.FormatBool(c.Packet),
-	}
+		"--netns="+strconv.FormatBool(c.Packet),
+	)
 	if c.BurstLoss > 0 {
 		args = append(args, "--burst-loss", burstFlag{&c}.String())
 	}

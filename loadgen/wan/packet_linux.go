@@ -361,7 +361,7 @@ func runPacket(ctx context.Context, cfg Config, logger *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	logger.Info(ReadyMessage, "mode", ModePacket, "listen", p.Addr(), "netns", p.ClientNetns(),
+	logger.Info(ReadyMessage, "listen", p.Addr(), "mode", ModePacket, "netns", p.ClientNetns(),
 		"server_netns", p.ServerNetns(), "upstream", cfg.Upstream, "rtt", cfg.RTT.String(),
 		"jitter", cfg.Jitter.String(), "loss", cfg.Loss, "burst_loss", cfg.BurstLoss, "burst_len", cfg.BurstLen,
 		"reorder", cfg.Reorder, "bandwidth_bps", cfg.Bandwidth, "queue_bytes", p.cfg.Queue)

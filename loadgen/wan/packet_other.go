@@ -6,6 +6,8 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"net"
+	"time"
 )
 
 // PacketStats is what a packet-mode emulator counted (Linux only).
@@ -24,3 +26,13 @@ func PacketPermitted() error { return errors.New("packet mode needs Linux networ
 func InNetns(string, func() error) error { return PacketPermitted() }
 
 func runPacket(context.Context, Config, *slog.Logger) error { return PacketPermitted() }
+
+// TCPPathInfo is what the kernel knows of a TCP connection's path (Linux
+// only).
+type TCPPathInfo struct {
+	Retransmits, SentPackets, LostPackets uint64
+	SRTT                                  time.Duration
+}
+
+// TCPInfo needs Linux's TCP_INFO.
+func TCPInfo(net.Conn) (TCPPathInfo, error) { return TCPPathInfo{}, PacketPermitted() }

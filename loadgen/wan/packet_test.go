@@ -318,3 +318,40 @@ func hostNetState(t *testing.T) string {
 	}
 	return strings.Join(links, " ") + "\n" + ipOut(t, "-o", "addr", "show") + ipOut(t, "route", "show", "table", "all")
 }
+
+// TestPacketWithoutCapabilities runs the emulator child with every
+// capability dropped (setpriv): PacketPermitted says why, and packet mode
+// is refused with that reason instead of half-creating anything.
+func TestPacketWithoutCapabilities(t *testing.T) {
+	needPacket(t)
+	setpriv, err := exec.LookPath("setpriv")
+	if err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("setpriv (util-linux) is needed to drop capabilities")
+		}
+		t.Skip(err)
+	}
+	up := startTCPEcho(t)
+	var log strings.Builder
+	_, err = StartProcess(testCtx(t), ProcessConfig{Path: setpriv,
+		Args: []string{"--bounding-set=-all", "--inh-caps=-all", "--", os.Args[0]},
+		Env:  []string{ChildEnv + "=1"}, Log: &log},
+		Config{Packet: true, Upstream: up.addr(), RTT: 10 * time.Millisecond})
+	if err == nil || !strings.Contains(err.Error(), "packet mode needs root or CAP_NET_ADMIN+CAP_SYS_ADMIN") {
+		t.Fatalf("StartProcess without capabilities: %v\n%s", err, log.String())
+	}
+	// The relay needs no privilege and still runs there.
+	p, err := StartProcess(testCtx(t), ProcessConfig{Path: setpriv,
+		Args: []string{"--bounding-set=-all", "--inh-caps=-all", "--", os.Args[0]},
+		Env:  []string{ChildEnv + "=1"}},
+		Config{Upstream: up.addr(), RTT: 10 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Netns() != "" {
+		t.Errorf("relay mode reported namespace %q", p.Netns())
+	}
+	if _, err := p.Stop(); err != nil {
+		t.Error(err)
+	}
+}

@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -44,8 +45,8 @@ func Run(ctx context.Context, cfg Config, logger *slog.Logger) error {
 	if err := r.Start(ctx); err != nil {
 		return err
 	}
-	logger.Info(ReadyMessage, "mode", ModeRelay, "listen", r.Addr(), "upstream", r.cfg.Upstream,
-		"rtt", r.cfg.RTT.String(), "jitter", r.cfg.Jitter.String(), "loss", r.cfg.Loss)
+	logger.Info(ReadyMessage, "listen", r.Addr(), "upstream", r.cfg.Upstream,
+		"rtt", r.cfg.RTT.String(), "jitter", r.cfg.Jitter.String(), "loss", r.cfg.Loss, "mode", ModeRelay)
 	<-ctx.Done()
 	_ = r.Close()
 	logger.Info(StoppedMessage, "stats", r.Stats())
@@ -110,10 +111,24 @@ func StartProcess(ctx context.Context, pc ProcessConfig, cfg Config) (*Process, 
 	if err != nil {
 		return nil, fmt.Errorf("wan: %w", err)
 	}
-	if err := cmd.Start(); err != nil {
+	p := &Process{cmd: cmd, done: make(chan struct{})}
+	// The kernel sends the parent-death signal when the thread that forked
+	// the child ends, not the process, and Go ends threads (those a
+	// goroutine left locked, as InNetns does). So the fork happens on a
+	// thread locked until the child is reaped.
+	started := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		err := cmd.Start()
+		started <- err
+		if err == nil {
+			<-p.done
+		}
+	}()
+	if err := <-started; err != nil {
 		return nil, fmt.Errorf("wan: start %s: %w", pc.Path, err)
 	}
-	p := &Process{cmd: cmd, done: make(chan struct{})}
 	ready := make(chan logLine, 1)
 	go p.readLog(stderr, pc.Log, ready)
 
