@@ -417,6 +417,9 @@ func (rc *rampConfig) fillDefaults() {
 	if rc.targetMode() && !rc.set["pool-size"] {
 		rc.poolSize = 0
 	}
+	if rc.bandwidth > 0 && rc.queue == 0 {
+		rc.queue = wan.DefaultQueue(rc.bandwidth, rc.rtt)
+	}
 }
 
 // outDir is the directory the results go to: --out, or

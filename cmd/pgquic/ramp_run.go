@@ -602,6 +602,9 @@ func (rs *rampSession) runTransport(ctx context.Context, tr loadgen.Transport) (
 	run.PredictedCeilingQPS, run.PredictedPoolCeilingQPS = rs.predictions(tr)
 	run.ModelExecMs, run.ModelOverheadMs = msOf(exec), msOf(overhead)
 	run.Emulator = &report.Usage{CPUSeconds: (emuEnd - emuBase).Seconds()}
+	if loss := rc.loss + rc.burstLoss; loss > 0 && (rc.wanMode == wan.ModePacket || tr == loadgen.QUIC) {
+		run.PredictedLossInflationMs = msOf(model.LossInflation(model.Transport(label), rc.rtt, loss, model.DefaultPacketsPerQuery))
+	}
 	prev, prevPath := emuBase, pathBase
 	for k := range run.Seconds {
 		if k < len(perSecond) {
@@ -613,7 +616,15 @@ func (rs *rampSession) runTransport(ctx context.Context, tr loadgen.Transport) (
 			prevPath = perSecondPath[k]
 		}
 	}
-	run.Path = pathDelta(pathBase, pathEnd)
+	// The path figures describe the emulated path only in packet mode; in
+	// relay mode TCP's kernel sees the loopback hop to the relay.
+	if rc.wanMode == wan.ModePacket {
+		run.Path = pathDelta(pathBase, pathEnd)
+	} else {
+		for k := range run.Seconds {
+			run.Seconds[k].Path = nil
+		}
+	}
 	r := &rampResult{label: label, run: run, res: res}
 	if serr == nil {
 		var late, lateMax time.Duration
@@ -630,13 +641,18 @@ func (rs *rampSession) runTransport(ctx context.Context, tr loadgen.Transport) (
 		if hops > 0 {
 			r.latency, r.lateMax, r.latePkt = late/time.Duration(hops), lateMax, hops
 		}
-		if p := stats.Packet; p != nil {
+		if p := stats.Packet; p != nil && run.Path != nil {
 			run.Path.EmulatorDrops = p.Up.Lost + p.Up.BurstLost + p.Up.QueueDrops + p.Down.Lost + p.Down.BurstLost + p.Down.QueueDrops
 			run.Path.QueueDrops = p.Up.QueueDrops + p.Down.QueueDrops
 			if n := p.Up.Delivered + p.Down.Delivered; n > 0 {
 				run.Path.QueueDelayMs = msOf((p.Up.QueueDelay.Total + p.Down.QueueDelay.Total) / time.Duration(n))
 			}
 			run.Path.QueueDelayMaxMs = msOf(max(p.Up.QueueDelay.Max, p.Down.QueueDelay.Max))
+			if run.Completed > 0 && rc.bandwidth > 0 {
+				perQuery := float64(max(p.Up.Bytes, p.Down.Bytes)) / float64(run.Completed)
+				run.PredictedBandwidthCeilingQPS = model.BandwidthCeiling(rc.bandwidth, perQuery)
+				run.PredictedQueueDelayMaxMs = msOf(model.QueueDelayMax(rc.bandwidth, rc.queue))
+			}
 			late := p.Up.Late.Total + p.Down.Late.Total
 			if hops := p.Up.Delivered + p.Down.Delivered; hops > 0 {
 				r.latency, r.lateMax, r.latePkt = late/time.Duration(hops), max(p.Up.Late.Max, p.Down.Late.Max), hops

@@ -350,10 +350,11 @@ func TestRampPacketMode(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 	defer cancel()
-	jsonFile := filepath.Join(t.TempDir(), "ramp.json")
+	out := t.TempDir()
+	jsonFile := filepath.Join(out, "ramp.json")
 	var stdout, stderr lockedBuffer
 	rc, err := parseRampFlags([]string{"--rtt", "30ms", "--from", "50", "--to", "300", "--duration", "3s", "--loss", "0.02",
-		"--tcp-conns", "10", "--quic-conns", "2", "--streams", "5", "--out", "", "--json", jsonFile}, &stdout, &stderr)
+		"--tcp-conns", "10", "--quic-conns", "2", "--streams", "5", "--out", out}, &stdout, &stderr)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -387,14 +388,23 @@ func TestRampPacketMode(t *testing.T) {
 			t.Errorf("%s: per-second packets %d, run %d", r.Transport, sent, p.SentPackets)
 		}
 	}
+	if html, err := os.ReadFile(filepath.Join(out, "report.html")); err != nil || !strings.Contains(string(html), `data-chart="path"`) ||
+		!strings.Contains(string(html), "loss: predicted mean latency added") {
+		t.Errorf("report.html lacks the path chart or the loss prediction (%v)", err)
+	}
+	for _, r := range rep.Runs {
+		if r.PredictedLossInflationMs <= 0 {
+			t.Errorf("%s: no predicted loss inflation", r.Transport)
+		}
+	}
 	if !strings.Contains(stdout.String(), "clients in network namespace pgq-") || !strings.Contains(stdout.String(), "WAN emulation: packet mode") {
 		t.Errorf("stdout does not name packet mode and the namespace:\n%s", stdout.String())
 	}
-	out, err := exec.Command("ip", "netns", "list").CombinedOutput()
+	list, err := exec.Command("ip", "netns", "list").CombinedOutput()
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, l := range strings.Split(string(out), "\n") {
+	for _, l := range strings.Split(string(list), "\n") {
 		if f := strings.Fields(l); len(f) > 0 && strings.HasPrefix(f[0], wan.NetnsPrefix) && !otherLiveRun(f[0]) {
 			t.Errorf("left over after the ramp: %s", f[0])
 		}

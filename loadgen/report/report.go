@@ -180,6 +180,9 @@ type Run struct {
 	// bottleneck's rate and this run's measured bytes per query; 0 without
 	// a rate limit.
 	PredictedBandwidthCeilingQPS float64 `json:"predicted_bandwidth_ceiling_qps,omitempty"`
+	// PredictedQueueDelayMaxMs is the longest wait in a full bottleneck
+	// queue (queue bytes / rate), beside Path.QueueDelayMaxMs.
+	PredictedQueueDelayMaxMs float64 `json:"predicted_queue_delay_max_ms,omitempty"`
 
 	// GeneratorLagMs is the largest delay, in milliseconds, between a
 	// query's intended send time and the moment the generator handed it

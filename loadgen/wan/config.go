@@ -122,6 +122,12 @@ const (
 	DefaultMinQueue = 16 << 10
 )
 
+// DefaultQueue is the bottleneck queue used when none is given: one
+// bandwidth-delay product at rtt, at least DefaultMinQueue.
+func DefaultQueue(bitsPerSecond int64, rtt time.Duration) int {
+	return max(int(float64(bitsPerSecond)/8*rtt.Seconds()), DefaultMinQueue)
+}
+
 // withDefaults returns c with its zero-valued optional fields filled in.
 func (c Config) withDefaults() Config {
 	if c.Listen == "" {
@@ -143,7 +149,7 @@ func (c Config) withDefaults() Config {
 		c.ReorderDelay = DefaultReorderDelay
 	}
 	if c.Bandwidth > 0 && c.Queue == 0 {
-		c.Queue = max(int(c.Bandwidth/8*int64(c.RTT)/int64(time.Second)), DefaultMinQueue)
+		c.Queue = DefaultQueue(c.Bandwidth, c.RTT)
 	}
 	return c
 }
