@@ -8,9 +8,8 @@ import (
 // Constants of the loss-recovery model, from the transports' own
 // specifications and Linux's TCP.
 const (
-	// TCPMinRTO is Linux's TCP_RTO_MIN, which its tail loss probe adds
-	// when one segment is in flight (tcp_schedule_loss_probe): a session
-	// that sent one request and waits has exactly one.
+	// TCPMinRTO is Linux's TCP_RTO_MIN: its retransmission timeout is
+	// SRTT + max(4·RTTVAR, TCP_RTO_MIN), so on a steady path RTT + 200 ms.
 	TCPMinRTO = 200 * time.Millisecond
 	// QUICTimeThreshold is RFC 9002's kTimeThreshold: a packet is declared
 	// lost 9/8 of an RTT after it was sent once a later one is
@@ -25,11 +24,13 @@ const (
 // LossRecovery returns the time a lost packet on a query's critical path
 // adds to that query, per transport.
 //
-// TCP (one session per connection, one segment in flight): the sender
-// learns of the loss only from its tail loss probe, which Linux fires
-// 2·SRTT + TCP_RTO_MIN after the send; the probe then needs one round trip,
-// so the query takes 2·RTT + 200 ms longer than without the loss, and the
-// session's next queries wait behind it (head-of-line).
+// TCP (one session per connection, one segment in flight): no later
+// segment can reveal the loss, and Linux's tail loss probe (2·SRTT +
+// TCP_RTO_MIN with one segment out) would come after the retransmission
+// timeout, so the RTO, SRTT + max(4·RTTVAR, 200 ms), resends it; the
+// resent segment then needs its half of the round trip again, so the query
+// takes about RTT + 200 ms longer than without the loss, and the session's
+// next queries wait behind it (head-of-line).
 //
 // QUIC (many streams per connection): other streams' packets are
 // acknowledged meanwhile, so the lost one is declared lost after 9/8·RTT
@@ -39,7 +40,7 @@ func LossRecovery(tr Transport, rtt time.Duration) time.Duration {
 	if tr == QUIC {
 		return time.Duration(QUICTimeThreshold * float64(rtt))
 	}
-	return 2*rtt + TCPMinRTO
+	return rtt + TCPMinRTO
 }
 
 // LossHitRate is the fraction of queries that lose at least one of their

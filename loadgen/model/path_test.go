@@ -8,8 +8,8 @@ import (
 
 func TestLossModel(t *testing.T) {
 	const rtt = 150 * time.Millisecond
-	if got := LossRecovery(TCPTLS, rtt); got != 500*time.Millisecond {
-		t.Errorf("TCP recovery %v, want 2·150ms + 200ms", got)
+	if got := LossRecovery(TCPTLS, rtt); got != 350*time.Millisecond {
+		t.Errorf("TCP recovery %v, want 150ms + 200ms", got)
 	}
 	if got := LossRecovery(QUIC, rtt); got != 168750*time.Microsecond {
 		t.Errorf("QUIC recovery %v, want 9/8·150ms", got)
@@ -17,7 +17,7 @@ func TestLossModel(t *testing.T) {
 	if h := LossHitRate(0.01, 2); math.Abs(h-0.0199) > 1e-9 {
 		t.Errorf("hit rate %v", h)
 	}
-	if d := LossInflation(TCP, rtt, 0.01, 2); d != time.Duration(0.0199*float64(500*time.Millisecond)) {
+	if d := LossInflation(TCP, rtt, 0.01, 2); d != time.Duration(0.0199*float64(350*time.Millisecond)) {
 		t.Errorf("TCP inflation %v", d)
 	}
 	if LossInflation(QUIC, rtt, 0, 2) != 0 {
