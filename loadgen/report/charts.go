@@ -415,28 +415,39 @@ func queueChart(rep *Report) (*plot.Plot, error) {
 	p.X.Min, p.X.Max, p.Y.Min = x0, x1, 0
 	hi := 1.0
 	for i := range rep.Runs {
-		r := &rep.Runs[i]
-		c := runColor(rep, i)
-		for _, q := range []struct {
-			label  string
-			v      func(*Second) float64
-			width  float64
-			dashes []vg.Length
-		}{
+		if err := addRunLines(p, rep, i, &hi, []runLine{
 			{"backlog (due, not yet sent)", func(s *Second) float64 { return float64(s.Backlog) }, 2, solid},
 			{"in flight", func(s *Second) float64 { return float64(s.InFlight) }, 1.5, dashed},
-		} {
-			xys := series(r, q.v, false)
-			for _, xy := range xys {
-				hi = max(hi, xy.Y)
-			}
-			if err := addLine(p, runLabel(rep, i)+" "+q.label, xys, c, q.width, q.dashes); err != nil {
-				return nil, err
-			}
+		}); err != nil {
+			return nil, err
 		}
 	}
 	p.Y.Max = hi * 1.15
 	return p, nil
+}
+
+// runLine is one per-second series of a run drawn in the run's colour.
+type runLine struct {
+	label  string
+	v      func(*Second) float64
+	width  float64
+	dashes []vg.Length
+}
+
+// addRunLines draws run i's lines on p and raises *hi to their highest
+// value.
+func addRunLines(p *plot.Plot, rep *Report, i int, hi *float64, lines []runLine) error {
+	r, c := &rep.Runs[i], runColor(rep, i)
+	for _, q := range lines {
+		xys := series(r, q.v, false)
+		for _, xy := range xys {
+			*hi = max(*hi, xy.Y)
+		}
+		if err := addLine(p, runLabel(rep, i)+" "+q.label, xys, c, q.width, q.dashes); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // pathChart answers: how much loss recovery did each transport do? Per
@@ -453,13 +464,7 @@ func pathChart(rep *Report) (*plot.Plot, error) {
 			continue
 		}
 		found = true
-		c := runColor(rep, i)
-		for _, q := range []struct {
-			label  string
-			v      func(*Second) float64
-			width  float64
-			dashes []vg.Length
-		}{
+		if err := addRunLines(p, rep, i, &hi, []runLine{
 			{"retransmitted", func(s *Second) float64 {
 				if s.Path == nil {
 					return 0
@@ -472,14 +477,8 @@ func pathChart(rep *Report) (*plot.Plot, error) {
 				}
 				return float64(s.Path.LostPackets)
 			}, 1.5, dashed},
-		} {
-			xys := series(r, q.v, false)
-			for _, xy := range xys {
-				hi = max(hi, xy.Y)
-			}
-			if err := addLine(p, runLabel(rep, i)+" "+q.label, xys, c, q.width, q.dashes); err != nil {
-				return nil, err
-			}
+		}); err != nil {
+			return nil, err
 		}
 	}
 	if !found {

@@ -48,18 +48,6 @@ type PacketPath struct {
 	tcpTotal, udpTotal, dialErrors atomic.Uint64
 }
 
-// PacketStats is what a packet-mode emulator counted, per direction ("up"
-// is client to server).
-type PacketStats struct {
-	Up   LinkStats `json:"up"`
-	Down LinkStats `json:"down"`
-	// TCPConns and UDPFlows count what the server-side relay carried to
-	// the upstream; DialErrors the TCP connections the upstream refused.
-	TCPConns   uint64 `json:"tcp_conns"`
-	UDPFlows   uint64 `json:"udp_flows"`
-	DialErrors uint64 `json:"dial_errors"`
-}
-
 // StartPacket removes what killed runs left behind, creates the namespaces
 // (named after this process's pid) and devices, and starts moving packets.
 // Close undoes all of it. cfg.Packet must be set.

@@ -10,15 +10,6 @@ import (
 	"time"
 )
 
-// PacketStats is what a packet-mode emulator counted (Linux only).
-type PacketStats struct {
-	Up         LinkStats `json:"up"`
-	Down       LinkStats `json:"down"`
-	TCPConns   uint64    `json:"tcp_conns"`
-	UDPFlows   uint64    `json:"udp_flows"`
-	DialErrors uint64    `json:"dial_errors"`
-}
-
 // PacketPermitted reports that packet mode needs Linux.
 func PacketPermitted() error { return errors.New("packet mode needs Linux network namespaces") }
 
