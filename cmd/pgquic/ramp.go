@@ -27,7 +27,9 @@ prediction (sessions / (RTT + execution + pooler overhead)).
 With no flags it starts a throwaway PostgreSQL and an in-process pooler
 (pool size 20, TCP front with TLS from a generated certificate, QUIC front),
 puts the WAN emulator (pgquic wan, a child process, RTT 150ms) in front of
-each, and offers a linear ramp of 100 -> 5,000 q/s over 30s, first to 500
+each, in packet mode where permitted (root or CAP_NET_ADMIN+CAP_SYS_ADMIN:
+the clients' sockets live in the emulator's network namespace and TCP and
+QUIC cross the same IP path), else in relay mode, saying so, and offers a linear ramp of 100 -> 5,000 q/s over 30s, first to 500
 TCP connections, then to 50 QUIC connections x 40 streams. It prints a
 progress line each second, then a summary table, and writes ramp.json and
 report.html into --out.
