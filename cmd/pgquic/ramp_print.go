@@ -117,7 +117,11 @@ func (rs *rampSession) printModel() {
 			exec, overhead := rs.modelFor(tr)
 			_, pool := rs.predictions(tr)
 			if pool > 0 {
-				fmt.Fprintf(w, "  %-8s pool_size %d / %s = %s q/s (via %s)\n", "pool", rc.poolSize, fmtMs(exec+overhead),
+				depth := ""
+				if !rc.targetMode() && rc.pipelineDepth > 1 {
+					depth = fmt.Sprintf(" x pipeline depth %d (at most)", rc.pipelineDepth)
+				}
+				fmt.Fprintf(w, "  %-8s pool_size %d / %s%s = %s q/s (via %s)\n", "pool", rc.poolSize, fmtMs(exec+overhead), depth,
 					model.FormatQPS(pool), transportLabel(tr, rs.clientConfig(tr).TLS()))
 			}
 		}

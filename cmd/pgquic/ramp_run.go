@@ -498,7 +498,14 @@ func (rs *rampSession) predictions(tr loadgen.Transport) (ceiling, pool float64)
 	exec, overhead := rs.modelFor(tr)
 	ceiling = model.Ceiling(cc.Sessions(), rs.rc.rtt+exec+overhead)
 	if rs.rc.poolSize > 0 {
-		pool = model.PoolCeiling(rs.rc.poolSize, exec, overhead)
+		// The in-process pooler pipelines across clients (--pipeline-depth):
+		// its pool carries up to depth queries per server connection. A
+		// target's depth is unknown, so its bound stays unpipelined.
+		depth := 1
+		if !rs.rc.targetMode() {
+			depth = rs.rc.pipelineDepth
+		}
+		pool = model.PipelinedPoolCeiling(rs.rc.poolSize, depth, exec, overhead)
 	}
 	return ceiling, pool
 }

@@ -6,6 +6,15 @@ import (
 	"time"
 )
 
+func TestPipelinedPoolCeiling(t *testing.T) {
+	if got := PipelinedPoolCeiling(20, 16, 400*time.Microsecond, 100*time.Microsecond); got != 640_000 {
+		t.Errorf("got %v, want 20 x 16 / 0.5 ms", got)
+	}
+	if got := PipelinedPoolCeiling(20, 0, 400*time.Microsecond, 100*time.Microsecond); got != 40_000 {
+		t.Errorf("depth 0: got %v, want the plain pool ceiling", got)
+	}
+}
+
 func TestLossModel(t *testing.T) {
 	const rtt = 150 * time.Millisecond
 	if got := LossRecovery(TCPTLS, rtt); got != 350*time.Millisecond {

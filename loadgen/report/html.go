@@ -267,7 +267,8 @@ pool of {{.PoolSize}} server connections; query <code>{{.Query}}</code>.</p>{{en
 </table>
 <p class="how">The ceiling is Little's law: a PostgreSQL session runs one query at a time, so a client completes at most
 sessions / (round trip + execution + pooler overhead) queries per second{{range .Runs}}{{if .LittleExample}}; {{.LittleExample}}{{end}}{{end}}.
-The pool's ceiling is pool size / (execution + overhead). The knee is the highest offered rate of a one-second window
+The pool's ceiling is pool size / (execution + overhead), times the pooler's cross-client pipelining depth when it
+pipelines (then an upper bound: PostgreSQL still runs a server connection's queries one after another). The knee is the highest offered rate of a one-second window
 whose completions kept up (at least 98% of offered) with a backlog that did not grow.</p>
 {{range $i, $c := .Charts}}
 <h2 id="{{$c.ID}}">{{$c.Question}}</h2>

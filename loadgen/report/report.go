@@ -128,8 +128,11 @@ type Run struct {
 	// Conns x StreamsPerConn / (RTT + execution + pooler overhead).
 	PredictedCeilingQPS float64 `json:"predicted_ceiling_qps"`
 	// PredictedPoolCeilingQPS is the server-side ceiling of the model:
-	// pool_size / (execution + pooler overhead); 0 when not computed. The
-	// run cannot exceed the lower of the two ceilings.
+	// pool_size / (execution + pooler overhead), times the pooler's
+	// cross-client pipelining depth when it pipelines (the in-process
+	// pooler's --pipeline-depth: a server connection then has up to that
+	// many queries in flight, so the figure is an upper bound); 0 when not
+	// computed. The run cannot exceed the lower of the two ceilings.
 	PredictedPoolCeilingQPS float64 `json:"predicted_pool_ceiling_qps,omitempty"`
 	// ModelExecMs and ModelOverheadMs are the execution time and pooler
 	// overhead per query, in milliseconds, that the predictions used.
