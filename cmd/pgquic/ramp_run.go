@@ -582,6 +582,9 @@ func (rs *rampSession) runTransport(ctx context.Context, tr loadgen.Transport) (
 
 	emuBase, _ := emu.CPU()
 	pathBase := clients.PathStats()
+	// The emulator's counters at the start, so its drops and queueing are
+	// the run's, not the connection set-up's.
+	emuStart, snapErr := emu.Snapshot(5 * time.Second)
 	sampler := startCPUSampler(emu, clients)
 	res, err := loadgen.Run(ctx, loadgen.RunConfig{
 		Schedule: rc.schedule(),
@@ -649,6 +652,11 @@ func (rs *rampSession) runTransport(ctx context.Context, tr loadgen.Transport) (
 			r.latency, r.lateMax, r.latePkt = late/time.Duration(hops), lateMax, hops
 		}
 		if p := stats.Packet; p != nil && run.Path != nil {
+			if snapErr == nil && emuStart.Packet != nil {
+				p = p.Since(emuStart.Packet)
+			} else {
+				rs.logger.Warn("WAN emulator counters at the start of the run", "err", snapErr)
+			}
 			run.Path.EmulatorDrops = p.Up.Lost + p.Up.BurstLost + p.Up.QueueDrops + p.Down.Lost + p.Down.BurstLost + p.Down.QueueDrops
 			run.Path.QueueDrops = p.Up.QueueDrops + p.Down.QueueDrops
 			if n := p.Up.Delivered + p.Down.Delivered; n > 0 {

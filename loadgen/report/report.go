@@ -260,8 +260,8 @@ type Path struct {
 	// SRTTMs is the smoothed round-trip time, averaged over connections.
 	SRTTMs float64 `json:"srtt_ms"`
 	// EmulatorDrops counts packets the emulator dropped, both directions
-	// (random and burst loss, queue overflow), over the emulator's whole
-	// life, the sessions' connection set-up included; run totals only.
+	// (random and burst loss, queue overflow), from the start of the run
+	// (after the sessions connected) to its end; run totals only.
 	EmulatorDrops uint64 `json:"emulator_drops,omitempty"`
 	// QueueDrops counts the bottleneck queue's share of them.
 	QueueDrops uint64 `json:"queue_drops,omitempty"`

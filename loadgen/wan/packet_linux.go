@@ -349,6 +349,7 @@ func runPacket(ctx context.Context, cfg Config, logger *slog.Logger) error {
 	if err != nil {
 		return err
 	}
+	serveSnapshots(ctx, logger, func() Stats { st := p.Stats(); return Stats{Packet: &st} })
 	logger.Info(ReadyMessage, "listen", p.Addr(), "mode", ModePacket, "netns", p.ClientNetns(),
 		"server_netns", p.ServerNetns(), "upstream", cfg.Upstream, "rtt", cfg.RTT.String(),
 		"jitter", cfg.Jitter.String(), "loss", cfg.Loss, "burst_loss", cfg.BurstLoss, "burst_len", cfg.BurstLen,

@@ -363,3 +363,30 @@ func TestPacketWithoutCapabilities(t *testing.T) {
 		t.Error(err)
 	}
 }
+
+// TestProcessSnapshot: a packet-mode child answers SIGUSR2 with its
+// counters while it runs, and Since subtracts an earlier snapshot.
+func TestProcessSnapshot(t *testing.T) {
+	needPacket(t)
+	up := startTCPEcho(t)
+	p, err := StartProcess(testCtx(t), ProcessConfig{Path: os.Args[0], Env: []string{ChildEnv + "=1"}},
+		Config{Packet: true, Upstream: up.addr(), RTT: 10 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Stop()
+	first, err := p.Snapshot(10 * time.Second)
+	if err != nil || first.Packet == nil {
+		t.Fatalf("snapshot %+v: %v", first, err)
+	}
+	c := dialTCPIn(t, p.Netns(), p.Addr())
+	echoExchange(t, c, 100)()
+	second, err := p.Snapshot(10 * time.Second)
+	if err != nil || second.Packet == nil {
+		t.Fatalf("snapshot %+v: %v", second, err)
+	}
+	d := second.Packet.Since(first.Packet)
+	if d.TCPConns != 1 || d.Up.Delivered < 3 || d.Down.Delivered < 2 {
+		t.Errorf("between the snapshots: %+v, want one connection's handshake and exchange", d)
+	}
+}

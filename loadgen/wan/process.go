@@ -29,7 +29,29 @@ const (
 	// StoppedMessage is logged after the relay closed, with its final Stats
 	// in the "stats" attribute.
 	StoppedMessage = "pgquic wan stopped"
+	// StatsMessage is logged with the current Stats in the "stats"
+	// attribute whenever the process gets SIGUSR2 (Process.Snapshot).
+	StatsMessage = "pgquic wan stats"
 )
+
+// serveSnapshots logs StatsMessage with stats() at every SIGUSR2 until ctx
+// is done, so a parent can read the counters at a moment of its choosing
+// (the start of a measurement) without stopping the emulator.
+func serveSnapshots(ctx context.Context, logger *slog.Logger, stats func() Stats) {
+	ch := make(chan os.Signal, 1)
+	signal.Notify(ch, syscall.SIGUSR2)
+	go func() {
+		defer signal.Stop(ch)
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-ch:
+				logger.Info(StatsMessage, "stats", stats())
+			}
+		}
+	}()
+}
 
 // Run starts a relay, logs ReadyMessage, relays until ctx is done, closes the
 // relay and logs StoppedMessage with its counters. It is the body of
@@ -45,6 +67,7 @@ func Run(ctx context.Context, cfg Config, logger *slog.Logger) error {
 	if err := r.Start(ctx); err != nil {
 		return err
 	}
+	serveSnapshots(ctx, logger, r.Stats)
 	logger.Info(ReadyMessage, "listen", r.Addr(), "upstream", r.cfg.Upstream,
 		"rtt", r.cfg.RTT.String(), "jitter", r.cfg.Jitter.String(), "loss", r.cfg.Loss, "mode", ModeRelay)
 	<-ctx.Done()
@@ -83,6 +106,7 @@ type Process struct {
 	stopOnce sync.Once
 	mu       sync.Mutex
 	final    *Stats
+	snaps    chan Stats // StatsMessage lines, for Snapshot
 	lastLine string
 	waitErr  error
 }
@@ -111,7 +135,7 @@ func StartProcess(ctx context.Context, pc ProcessConfig, cfg Config) (*Process, 
 	if err != nil {
 		return nil, fmt.Errorf("wan: %w", err)
 	}
-	p := &Process{cmd: cmd, done: make(chan struct{})}
+	p := &Process{cmd: cmd, done: make(chan struct{}), snaps: make(chan Stats, 1)}
 	// The kernel sends the parent-death signal when the thread that forked
 	// the child ends, not the process, and Go ends threads (those a
 	// goroutine left locked, as InNetns does). So the fork happens on a
@@ -182,6 +206,13 @@ func (p *Process) readLog(r io.Reader, w io.Writer, ready chan<- logLine) {
 				p.mu.Lock()
 				p.final = l.Stats
 				p.mu.Unlock()
+			case StatsMessage:
+				if l.Stats != nil {
+					select {
+					case p.snaps <- *l.Stats:
+					default: // nobody asked: drop it
+					}
+				}
 			}
 		}
 		p.mu.Lock()
@@ -216,6 +247,28 @@ func (p *Process) CPU() (time.Duration, error) {
 	default:
 	}
 	return ProcCPU(p.cmd.Process.Pid)
+}
+
+// Snapshot asks the child for its counters now (SIGUSR2) and waits for them,
+// at most timeout.
+func (p *Process) Snapshot(timeout time.Duration) (Stats, error) {
+	select {
+	case <-p.snaps: // a stale answer
+	default:
+	}
+	if err := p.cmd.Process.Signal(syscall.SIGUSR2); err != nil {
+		return Stats{}, fmt.Errorf("wan: ask the relay process for its counters: %w", err)
+	}
+	timer := time.NewTimer(timeout)
+	defer timer.Stop()
+	select {
+	case st := <-p.snaps:
+		return st, nil
+	case <-p.done:
+		return Stats{}, errors.New("wan: the relay process exited before it answered")
+	case <-timer.C:
+		return Stats{}, fmt.Errorf("wan: no counters from the relay process within %v", timeout)
+	}
 }
 
 // Stop sends SIGTERM, waits for the child to exit (killing it after 30 s)
