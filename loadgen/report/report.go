@@ -67,8 +67,9 @@ type Scenario struct {
 	// Arrivals names the arrival process ("linear", "constant", "poisson");
 	// empty means the default linear ramp.
 	Arrivals string `json:"arrivals,omitempty"`
-	// UDPLoss is the emulated UDP loss rate as a fraction (0.01 is 1%); it
-	// applies to QUIC only, because the relay cannot drop TCP segments.
+	// UDPLoss is the emulated UDP loss rate as a fraction (0.01 is 1%) that
+	// reports wrote before Loss and WAN existed (relay mode: QUIC only).
+	// The ramp no longer writes it; it is read so old reports still load.
 	UDPLoss float64 `json:"udp_loss,omitempty"`
 	// WAN is the emulation mode that ran: "packet" (IP packets between
 	// network namespaces: TCP and QUIC meet the same path) or "relay" (a
