@@ -91,9 +91,17 @@ type Config struct {
 	// Queue bytes while the link is busy. Zero means no limit.
 	Bandwidth int64
 	// Queue bounds the bytes waiting for the bottleneck per direction;
-	// arrivals that do not fit are dropped. Only with Bandwidth. Default
-	// one bandwidth-delay product at RTT, at least DefaultMinQueue.
+	// arrivals that do not fit are dropped. Only with Bandwidth or a trace.
+	// Default one bandwidth-delay product at RTT, at least DefaultMinQueue
+	// (with a trace: DefaultTraceQueue).
 	Queue int
+	// UplinkTrace and DownlinkTrace name Mahimahi link traces (mm-link's
+	// format: one line per delivery opportunity, its time in milliseconds,
+	// repeating with the last line's time as the period; each opportunity
+	// carries one packet) for the client-to-server and server-to-client
+	// bottlenecks (packet mode only). A trace replaces Bandwidth in its
+	// direction. Empty means none.
+	UplinkTrace, DownlinkTrace string
 }
 
 // The two emulation modes, as outputs name them.
@@ -120,6 +128,9 @@ const (
 	// DefaultMinQueue is the smallest default bottleneck queue: a few
 	// full-size packets, so a slow link still takes a burst.
 	DefaultMinQueue = 16 << 10
+	// DefaultTraceQueue is the bottleneck queue with a link trace and no
+	// --queue: 64 KiB, whatever rate the trace averages.
+	DefaultTraceQueue = 64 << 10
 )
 
 // DefaultQueue is the bottleneck queue used when none is given: one
@@ -150,6 +161,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Bandwidth > 0 && c.Queue == 0 {
 		c.Queue = DefaultQueue(c.Bandwidth, c.RTT)
+	}
+	if c.Queue == 0 && (c.UplinkTrace != "" || c.DownlinkTrace != "") {
+		c.Queue = DefaultTraceQueue
 	}
 	return c
 }
@@ -199,12 +213,19 @@ func (c Config) Validate() error {
 	switch {
 	case c.Queue < 0:
 		errs = append(errs, fmt.Errorf("queue %d bytes must not be negative", c.Queue))
-	case c.Queue > 0 && c.Bandwidth == 0:
+	case c.Queue > 0 && c.Bandwidth == 0 && c.UplinkTrace == "" && c.DownlinkTrace == "":
 		errs = append(errs, errors.New("a queue needs a rate limit: without --bandwidth no queue forms"))
-	case c.Bandwidth > 0 && c.Queue < maxPacket:
+	case c.Queue > 0 && c.Queue < maxPacket:
 		errs = append(errs, fmt.Errorf("queue %d bytes must hold at least one full-size packet (%d bytes)", c.Queue, maxPacket))
 	}
-	if !c.Packet && (c.BurstLoss > 0 || c.Reorder > 0 || c.Bandwidth > 0) {
+	for _, tr := range []struct{ flag, path string }{{"uplink-trace", c.UplinkTrace}, {"downlink-trace", c.DownlinkTrace}} {
+		if tr.path != "" {
+			if _, err := LoadTrace(tr.path); err != nil {
+				errs = append(errs, fmt.Errorf("--%s: %w", tr.flag, err))
+			}
+		}
+	}
+	if !c.Packet && (c.BurstLoss > 0 || c.Reorder > 0 || c.Bandwidth > 0 || c.UplinkTrace != "" || c.DownlinkTrace != "") {
 		errs = append(errs, errors.New("burst loss, reordering and a rate limit need packet mode (--netns, or the ramp's --wan packet): the relay carries TCP as a byte stream"))
 	}
 	if c.Upstream == "" {
@@ -255,6 +276,8 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.Var(burstFlag{c}, "burst-loss", "packet mode: Gilbert-Elliott burst loss `P,LEN`: a long-run fraction P of packets lost in bursts of LEN packets on average, each direction")
 	fs.Var(probFlag{&c.Reorder}, "reorder", "packet mode: `probability` that a packet is held back 10ms so later ones overtake it")
 	fs.Var(RateFlag{&c.Bandwidth}, "bandwidth", "packet mode: rate limit of each direction, `RATE` such as 20mbit, 500kbit or 1gbit (bits per second)")
+	fs.StringVar(&c.UplinkTrace, "uplink-trace", c.UplinkTrace, "packet mode: Mahimahi link trace `file` for the client-to-server bottleneck (one delivery opportunity per line, in ms, repeating)")
+	fs.StringVar(&c.DownlinkTrace, "downlink-trace", c.DownlinkTrace, "packet mode: Mahimahi link trace `file` for the server-to-client bottleneck")
 	fs.Var(BytesFlag{&c.Queue}, "queue", "packet mode with --bandwidth: drop-tail queue of each direction in `BYTES`, such as 64KB (default one bandwidth-delay product, at least 16KB)")
 }
 
@@ -286,6 +309,12 @@ func (c Config) Args() []string {
 	}
 	if c.Queue > 0 {
 		args = append(args, "--queue", strconv.Itoa(c.Queue))
+	}
+	if c.UplinkTrace != "" {
+		args = append(args, "--uplink-trace", c.UplinkTrace)
+	}
+	if c.DownlinkTrace != "" {
+		args = append(args, "--downlink-trace", c.DownlinkTrace)
 	}
 	return args
 }

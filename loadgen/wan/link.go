@@ -3,6 +3,7 @@ package wan
 import (
 	"container/heap"
 	"math/rand/v2"
+	"sort"
 	"sync"
 	"time"
 )
@@ -31,9 +32,13 @@ type link struct {
 	leaveBad   float64 // P(bad -> good) per packet
 
 	busyUntil time.Time // when the bottleneck finishes its current packet
-	inQueue   []queued  // packets waiting for or on the bottleneck, FIFO
-	queued    int       // their bytes
-	lastDue   time.Time // latest in-order delivery time, for FIFO jitter
+
+	trace      []time.Duration // delivery opportunities of one period, or nil
+	traceStart time.Time       // when the trace began: the first arrival
+	nextOpp    int64           // index of the first opportunity not yet used
+	inQueue    []queued        // packets waiting for or on the bottleneck, FIFO
+	queued     int             // their bytes
+	lastDue    time.Time       // latest in-order delivery time, for FIFO jitter
 
 	mu     sync.Mutex
 	due    dueHeap
@@ -70,8 +75,8 @@ type LinkStats struct {
 	Late Lateness `json:"late"`
 }
 
-func newLink(cfg Config, seed uint64, write func([]byte) error) *link {
-	l := &link{cfg: cfg, write: write, rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)),
+func newLink(cfg Config, seed uint64, trace []time.Duration, write func([]byte) error) *link {
+	l := &link{cfg: cfg, write: write, trace: trace, rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)),
 		wake: make(chan struct{}, 1)}
 	if cfg.BurstLoss > 0 {
 		// Stationary P(bad) = enter/(enter+leave) = BurstLoss, mean time in
@@ -129,7 +134,7 @@ func (l *link) enqueue(p []byte, now time.Time) {
 		}
 	}
 	leave := now
-	if cfg.Bandwidth > 0 {
+	if cfg.Bandwidth > 0 || l.trace != nil {
 		for len(l.inQueue) > 0 && !l.inQueue[0].done.After(now) {
 			l.queued -= l.inQueue[0].size
 			l.inQueue = l.inQueue[1:]
@@ -138,12 +143,16 @@ func (l *link) enqueue(p []byte, now time.Time) {
 			drop(&l.st.QueueDrops)
 			return
 		}
-		start := now
-		if l.busyUntil.After(now) {
-			start = l.busyUntil
+		if l.trace != nil {
+			leave = l.opportunity(now)
+		} else {
+			start := now
+			if l.busyUntil.After(now) {
+				start = l.busyUntil
+			}
+			leave = start.Add(time.Duration(int64(len(p)) * 8 * int64(time.Second) / cfg.Bandwidth))
+			l.busyUntil = leave
 		}
-		leave = start.Add(time.Duration(int64(len(p)) * 8 * int64(time.Second) / cfg.Bandwidth))
-		l.busyUntil = leave
 		l.inQueue = append(l.inQueue, queued{done: leave, size: len(p)})
 		l.queued += len(p)
 	}
@@ -177,6 +186,27 @@ func (l *link) enqueue(p []byte, now time.Time) {
 		default:
 		}
 	}
+}
+
+// opportunity takes the first unused delivery opportunity of the trace at
+// or after now (opportunities nobody used pass unused, as on a cellular
+// link) and returns its time.
+func (l *link) opportunity(now time.Time) time.Time {
+	if l.traceStart.IsZero() {
+		l.traceStart = now
+	}
+	n := int64(len(l.trace))
+	period := l.trace[n-1]
+	at := func(k int64) time.Time {
+		return l.traceStart.Add(time.Duration(k/n)*period + l.trace[k%n])
+	}
+	since := now.Sub(l.traceStart)
+	cycles := int64(since / period)
+	within := since - time.Duration(cycles)*period
+	i := int64(sort.Search(int(n), func(i int) bool { return l.trace[i] >= within }))
+	k := max(cycles*n+i, l.nextOpp)
+	l.nextOpp = k + 1
+	return at(k)
 }
 
 // run delivers packets when they are due until stop is closed. It sleeps on

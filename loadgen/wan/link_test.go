@@ -4,6 +4,8 @@ import (
 	"container/heap"
 	"encoding/binary"
 	"math"
+	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -16,7 +18,14 @@ func feedLink(t *testing.T, cfg Config, n int) (*link, []uint32) {
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	l := newLink(cfg.withDefaults(), 7, nil)
+	var trace []time.Duration
+	if cfg.UplinkTrace != "" {
+		var err error
+		if trace, err = LoadTrace(cfg.UplinkTrace); err != nil {
+			t.Fatal(err)
+		}
+	}
+	l := newLink(cfg.withDefaults(), 7, trace, nil)
 	now := time.Unix(1000, 0)
 	for i := range n {
 		b := l.buf()[:100]
@@ -145,5 +154,52 @@ func TestPacketConfigErrors(t *testing.T) {
 	}
 	if _, _, err := ParseBurst("0.02,0"); err == nil {
 		t.Error("--burst-loss 0.02,0 was accepted")
+	}
+}
+
+// TestLinkTrace: a Mahimahi trace's opportunities carry one packet each, in
+// order, repeating with the last line as the period; opportunities passed
+// while the link was idle are lost, and a queue beyond Queue drops.
+func TestLinkTrace(t *testing.T) {
+	path := t.TempDir() + "/trace"
+	if err := os.WriteFile(path, []byte("1\n1\n3\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg := Config{Packet: true, Upstream: "127.0.0.1:1", UplinkTrace: path, Queue: 1500 * 5}
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	trace, err := LoadTrace(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := newLink(cfg.withDefaults(), 1, trace, nil)
+	t0 := time.Unix(1000, 0)
+	for range 6 { // the queue holds 5 of them
+		l.enqueue(l.buf()[:1500], t0)
+	}
+	l.enqueue(l.buf()[:100], t0.Add(20*time.Millisecond)) // after idle opportunities
+	var got []time.Duration
+	for len(l.due) > 0 {
+		got = append(got, popDue(l).at.Sub(t0))
+	}
+	ms := time.Millisecond
+	want := []time.Duration{1 * ms, 1 * ms, 3 * ms, 4 * ms, 4 * ms, 21 * ms}
+	if !slices.Equal(got, want) {
+		t.Errorf("deliveries at %v, want %v", got, want)
+	}
+	if st := l.stats(); st.QueueDrops != 1 {
+		t.Errorf("queue drops %d, want 1 (the sixth packet)", st.QueueDrops)
+	}
+	for _, bad := range []string{"", "0\n", "5\n3\n", "x\n"} {
+		if err := os.WriteFile(path, []byte(bad), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := LoadTrace(path); err == nil {
+			t.Errorf("trace %q accepted", bad)
+		}
+	}
+	if err := (Config{Upstream: "127.0.0.1:1", UplinkTrace: path}).Validate(); err == nil || !strings.Contains(err.Error(), "need packet mode") {
+		t.Errorf("a trace in relay mode: %v", err)
 	}
 }

@@ -114,9 +114,20 @@ func (p *PacketPath) setup() error {
 	_ = p.udp.SetReadBuffer(udpSocketBuffer)
 	_ = p.udp.SetWriteBuffer(udpSocketBuffer)
 	p.addr = listen
+	var upTrace, downTrace []time.Duration
+	if p.cfg.UplinkTrace != "" {
+		if upTrace, err = LoadTrace(p.cfg.UplinkTrace); err != nil {
+			return fmt.Errorf("wan: uplink trace: %w", err)
+		}
+	}
+	if p.cfg.DownlinkTrace != "" {
+		if downTrace, err = LoadTrace(p.cfg.DownlinkTrace); err != nil {
+			return fmt.Errorf("wan: downlink trace: %w", err)
+		}
+	}
 	tunC, tunS := p.tunC, p.tunS
-	p.up = newLink(p.cfg, 1, func(b []byte) error { _, err := tunS.Write(b); return err })
-	p.down = newLink(p.cfg, 2, func(b []byte) error { _, err := tunC.Write(b); return err })
+	p.up = newLink(p.cfg, 1, upTrace, func(b []byte) error { _, err := tunS.Write(b); return err })
+	p.down = newLink(p.cfg, 2, downTrace, func(b []byte) error { _, err := tunC.Write(b); return err })
 	p.wg.Add(6)
 	go p.pump(p.tunC, p.up)
 	go p.pump(p.tunS, p.down)

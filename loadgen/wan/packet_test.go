@@ -456,3 +456,33 @@ func TestPacketCPUPerPacket(t *testing.T) {
 		t.Errorf("CPU per packet %v, want under %v", per, bound)
 	}
 }
+
+// TestPacketTrace: an uplink trace with one opportunity every 10 ms carries
+// at most 100 packets a second, so 64 KiB (45 full packets) take at least
+// 440 ms to go up, while the downlink, without a trace, is not limited.
+func TestPacketTrace(t *testing.T) {
+	needPacket(t)
+	path := t.TempDir() + "/uplink"
+	if err := os.WriteFile(path, []byte("10\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	tcpUp := startTCPEcho(t)
+	p := startPacket(t, Config{Upstream: tcpUp.addr(), RTT: 10 * time.Millisecond, UplinkTrace: path})
+	c := dialTCPIn(t, p.ClientNetns(), p.Addr())
+	data, got := make([]byte, 64<<10), make([]byte, 64<<10)
+	start := time.Now()
+	go func() { _, _ = c.Write(data) }()
+	_ = c.SetReadDeadline(time.Now().Add(60 * time.Second))
+	if _, err := io.ReadFull(c, got); err != nil {
+		t.Fatal(err)
+	}
+	d := time.Since(start)
+	if d < 440*time.Millisecond {
+		t.Errorf("64 KiB went up in %v, faster than the trace allows", d)
+	}
+	st := p.Stats()
+	if st.Up.QueueDelay.Max < 50*time.Millisecond || st.Down.QueueDelay.Max != 0 {
+		t.Errorf("queue delay up %v, down %v: want it up only", st.Up.QueueDelay.Max, st.Down.QueueDelay.Max)
+	}
+	t.Logf("64 KiB echoed in %v; up %+v", d, st.Up)
+}

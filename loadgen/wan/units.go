@@ -1,11 +1,50 @@
 package wan
 
 import (
+	"bufio"
 	"fmt"
 	"math"
+	"os"
 	"strconv"
 	"strings"
+	"time"
 )
+
+// LoadTrace reads a Mahimahi link trace: one delivery opportunity per line,
+// its time in whole milliseconds since the trace began, non-decreasing; the
+// trace repeats with the last time as its period, which must be positive.
+// It returns the opportunities' offsets.
+func LoadTrace(path string) ([]time.Duration, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	var ts []time.Duration
+	sc := bufio.NewScanner(f)
+	for line := 1; sc.Scan(); line++ {
+		t := strings.TrimSpace(sc.Text())
+		if t == "" {
+			continue
+		}
+		ms, err := strconv.ParseUint(t, 10, 32)
+		if err != nil {
+			return nil, fmt.Errorf("%s:%d: %q is not a time in milliseconds", path, line, t)
+		}
+		d := time.Duration(ms) * time.Millisecond
+		if len(ts) > 0 && d < ts[len(ts)-1] {
+			return nil, fmt.Errorf("%s:%d: %v comes before the previous line's %v", path, line, d, ts[len(ts)-1])
+		}
+		ts = append(ts, d)
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	if len(ts) == 0 || ts[len(ts)-1] <= 0 {
+		return nil, fmt.Errorf("%s: a trace needs at least one opportunity after 0 ms (its last line is its period)", path)
+	}
+	return ts, nil
+}
 
 // ParseRate reads a rate in bits per second: a number with an optional
 // decimal suffix k, m or g (also kbit, mbit, gbit, with an optional "/s" or
