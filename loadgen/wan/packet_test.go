@@ -160,6 +160,27 @@ func medianWithin(t *testing.T, what string, rtt time.Duration, ex func() time.D
 	return m
 }
 
+// echoBulk writes n patterned bytes through the echo server behind c and
+// reads them back, failing unless they arrive intact; it returns how long
+// that took.
+func echoBulk(t *testing.T, c net.Conn, n int) time.Duration {
+	t.Helper()
+	data, got := make([]byte, n), make([]byte, n)
+	for i := range data {
+		data[i] = byte(i * 7)
+	}
+	start := time.Now()
+	go func() { _, _ = c.Write(data) }()
+	_ = c.SetReadDeadline(time.Now().Add(60 * time.Second))
+	if _, err := io.ReadFull(c, got); err != nil {
+		t.Fatal(err)
+	}
+	if string(got) != string(data) {
+		t.Fatal("data corrupted across the path")
+	}
+	return time.Since(start)
+}
+
 // TestPacketLossRetransmits: with 5% loss each way TCP still delivers
 // 256 KiB intact (its retransmissions repair the loss) and the emulator
 // counts the drops; TCP_INFO shows retransmissions.
@@ -168,19 +189,7 @@ func TestPacketLossRetransmits(t *testing.T) {
 	tcpUp := startTCPEcho(t)
 	p := startPacket(t, Config{Upstream: tcpUp.addr(), RTT: 20 * time.Millisecond, Loss: 0.05})
 	c := dialTCPIn(t, p.ClientNetns(), p.Addr())
-	data := make([]byte, 256<<10)
-	for i := range data {
-		data[i] = byte(i * 7)
-	}
-	go func() { _, _ = c.Write(data) }()
-	got := make([]byte, len(data))
-	_ = c.SetReadDeadline(time.Now().Add(60 * time.Second))
-	if _, err := io.ReadFull(c, got); err != nil {
-		t.Fatal(err)
-	}
-	if string(got) != string(data) {
-		t.Fatal("data corrupted across the lossy path")
-	}
+	echoBulk(t, c, 256<<10)
 	info, err := TCPInfo(c)
 	if err != nil {
 		t.Fatal(err)
@@ -208,16 +217,10 @@ func TestPacketRateLimit(t *testing.T) {
 	const rate = 2_000_000
 	p := startPacket(t, Config{Upstream: tcpUp.addr(), RTT: 20 * time.Millisecond, Bandwidth: rate, Queue: 32 << 10})
 	c := dialTCPIn(t, p.ClientNetns(), p.Addr())
-	data, got := make([]byte, 256<<10), make([]byte, 256<<10)
-	start := time.Now()
-	go func() { _, _ = c.Write(data) }()
-	_ = c.SetReadDeadline(time.Now().Add(60 * time.Second))
-	if _, err := io.ReadFull(c, got); err != nil {
-		t.Fatal(err)
-	}
-	d := time.Since(start)
+	const size = 256 << 10
+	d := echoBulk(t, c, size)
 	// 256 KiB each way over 2 Mbit/s links in parallel: at least 1.05 s.
-	floor := time.Duration(float64(len(data)*8) / rate * float64(time.Second))
+	floor := time.Duration(float64(size*8) / rate * float64(time.Second))
 	if d < floor {
 		t.Errorf("transfer took %v, faster than the %v the rate allows", d, floor)
 	}
@@ -469,14 +472,7 @@ func TestPacketTrace(t *testing.T) {
 	tcpUp := startTCPEcho(t)
 	p := startPacket(t, Config{Upstream: tcpUp.addr(), RTT: 10 * time.Millisecond, UplinkTrace: path})
 	c := dialTCPIn(t, p.ClientNetns(), p.Addr())
-	data, got := make([]byte, 64<<10), make([]byte, 64<<10)
-	start := time.Now()
-	go func() { _, _ = c.Write(data) }()
-	_ = c.SetReadDeadline(time.Now().Add(60 * time.Second))
-	if _, err := io.ReadFull(c, got); err != nil {
-		t.Fatal(err)
-	}
-	d := time.Since(start)
+	d := echoBulk(t, c, 64<<10)
 	if d < 440*time.Millisecond {
 		t.Errorf("64 KiB went up in %v, faster than the trace allows", d)
 	}
