@@ -88,6 +88,11 @@ type ClientConfig struct {
 	// ConnectParallel is how many sessions connect at once. Default
 	// DefaultConnectParallel (32).
 	ConnectParallel int
+	// Netns, when set, names the network namespace (a packet-mode WAN
+	// emulator's client namespace) in which every socket is created: each
+	// TCP connection, and QUIC's UDP socket. The sockets themselves are the
+	// kernel's own, unwrapped, so QUIC keeps GSO and ECN.
+	Netns string
 }
 
 // Sessions is the number of sessions the configuration opens.
@@ -195,6 +200,8 @@ type Clients struct {
 	log      *slog.Logger
 	closeDia func() error
 	liveQUIC func() int
+	quicPath func() PathStats
+	tcp      tcpConns
 	sessions []*session
 
 	// Stats describes how the sessions were connected.
@@ -221,17 +228,21 @@ func Connect(ctx context.Context, cfg ClientConfig, logger *slog.Logger) (*Clien
 	}
 	c.pg = pg
 	if cfg.Transport == QUIC {
-		dial, live, closeFn, err := newQUICDial(cfg, logger)
+		dial, live, closeFn, stats, err := newQUICDial(cfg, logger)
 		if err != nil {
 			return nil, fmt.Errorf("%w: %w", ErrBadClientConfig, err)
 		}
-		pg.DialFunc, c.liveQUIC, c.closeDia = dial, live, closeFn
+		pg.DialFunc, c.liveQUIC, c.closeDia, c.quicPath = inNetns(cfg.Netns, dial), live, closeFn, stats
 	} else {
 		nd := &net.Dialer{}
 		addr := cfg.dialAddr()
-		pg.DialFunc = func(ctx context.Context, _, _ string) (net.Conn, error) {
-			return nd.DialContext(ctx, "tcp", addr)
-		}
+		pg.DialFunc = inNetns(cfg.Netns, func(ctx context.Context, _, _ string) (net.Conn, error) {
+			conn, err := nd.DialContext(ctx, "tcp", addr)
+			if err == nil {
+				c.tcp.add(conn)
+			}
+			return conn, err
+		})
 	}
 	if err := c.connectAll(ctx); err != nil {
 		_ = c.Close()

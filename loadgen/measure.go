@@ -23,8 +23,10 @@ const (
 
 // Knee rule: a one-second window kept up when completions during it reached
 // keptUpShare of the queries due in it (its offer, moved back by the run's
-// unloaded latency: the lowest median of any second) and its backlog grew by
-// at most 1-keptUpShare of its offer.
+// unloaded latency: the lowest median of any second), its backlog grew by at
+// most 1-keptUpShare of its offer, and it did not begin with a backlog above
+// that share (a second draining a stall's backlog is catching up, not
+// keeping up).
 const keptUpShare = 0.98
 
 // Result is what a run measured. Times are offsets from Start.
@@ -372,7 +374,12 @@ func (m *measurements) result() *Result {
 		// second's completions are the arrivals of a second that began
 		// that much earlier, fewer than the second's own offer.
 		due := float64(w.Offered) - lagShare*float64(w.Offered-prevOffered)
-		kept := float64(w.Throughput) >= keptUpShare*due &&
+		// A second that began behind (a backlog left by a stall or an
+		// overload) completes its own arrivals plus the backlog's: it
+		// shows that the system caught up, not that it keeps up with this
+		// rate, so it never counts as kept up.
+		startedBehind := float64(prevBacklog) > (1-keptUpShare)*float64(w.Offered)
+		kept := !startedBehind && float64(w.Throughput) >= keptUpShare*due &&
 			float64(w.Backlog-prevBacklog) <= (1-keptUpShare)*float64(w.Offered)
 		if kept {
 			r.KneeQPS = max(r.KneeQPS, float64(w.Offered))

@@ -14,9 +14,9 @@ import (
 
 // newQUICDial returns a pgconn DialFunc whose every call opens a stream on
 // one of cfg.Conns QUIC connections (at most cfg.Streams per connection
-// while others have room), a function counting live connections, and the
-// Dialer's Close.
-func newQUICDial(cfg ClientConfig, logger *slog.Logger) (pgconn.DialFunc, func() int, func() error, error) {
+// while others have room), a function counting live connections, the
+// Dialer's Close and its connections' path statistics.
+func newQUICDial(cfg ClientConfig, logger *slog.Logger) (pgconn.DialFunc, func() int, func() error, func() PathStats, error) {
 	dc := quicclient.DialerConfig{
 		Addr:              cfg.dialAddr(),
 		Conns:             cfg.Conns,
@@ -40,7 +40,11 @@ func newQUICDial(cfg ClientConfig, logger *slog.Logger) (pgconn.DialFunc, func()
 	}
 	d, err := quicclient.NewDialer(dc, logger)
 	if err != nil {
-		return nil, nil, nil, err
+		return nil, nil, nil, nil, err
 	}
-	return d.DialFunc(), func() int { return d.Stats().Conns }, d.Close, nil
+	stats := func() PathStats {
+		st := d.Stats()
+		return PathStats{SentPackets: st.PacketsSent, LostPackets: st.PacketsLost, SRTT: st.SmoothedRTT, Conns: st.Conns}
+	}
+	return d.DialFunc(), func() int { return d.Stats().Conns }, d.Close, stats, nil
 }

@@ -373,6 +373,36 @@ func TestRunKnee(t *testing.T) {
 // second completes about 15 fewer queries than it offers even well below
 // capacity; the knee must still be found near the capacity, not reported
 // as "none" because the lag alone exceeds 2% of the offer.
+// TestRunKneeIgnoresDraining: a stall leaves a backlog that the next
+// seconds drain; those seconds complete more than they were offered but
+// began behind, so they do not count as kept up and the knee stays below
+// them.
+func TestRunKneeIgnoresDraining(t *testing.T) {
+	g := newGate()
+	// 12 sessions x 50 ms carry 240 q/s; the ramp offers 75, 125, 175, 225.
+	// The stall from 1.5 s to 2.5 s leaves a backlog that the last second,
+	// offered 225 with 15 q/s to spare, is still draining.
+	shut := time.AfterFunc(1500*time.Millisecond, g.shut)
+	open := time.AfterFunc(2500*time.Millisecond, g.reopen)
+	defer shut.Stop()
+	defer open.Stop()
+	r, err := Run(context.Background(), RunConfig{Schedule: Ramp(50, 250, 4*time.Second), Grace: 3 * time.Second},
+		workers(12, gateWorker{g, 50 * time.Millisecond}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkAccounting(t, r, nil)
+	if r.Windows[2].Backlog == 0 {
+		t.Fatalf("no backlog at the end of the stalled second: %+v", r.Windows)
+	}
+	if r.KneeQPS > 125 || r.KeptUp {
+		for _, w := range r.Windows {
+			t.Logf("%+v", w)
+		}
+		t.Errorf("knee %.0f q/s: the seconds draining the stall's backlog counted as kept up", r.KneeQPS)
+	}
+}
+
 func TestRunKneeLongRoundTrip(t *testing.T) {
 	r, err := Run(context.Background(), RunConfig{Schedule: Ramp(20, 620, 6*time.Second), Grace: 100 * time.Millisecond},
 		workers(30, sleepWorker{150 * time.Millisecond}))

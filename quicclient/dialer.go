@@ -179,6 +179,11 @@ type DialerStats struct {
 	// queries run, they tell how well packets carry several sessions'
 	// messages, which is what a QUIC session costs the pooler per query.
 	PacketsSent, PacketsReceived uint64
+	// PacketsLost counts the packets the live connections declared lost
+	// (quic-go's loss detection), the figure a lossy path raises.
+	PacketsLost uint64
+	// SmoothedRTT is the mean of the live connections' smoothed RTTs.
+	SmoothedRTT time.Duration
 }
 
 // NewDialer validates cfg and prepares TLS; it dials nothing yet. logger nil
@@ -353,7 +358,12 @@ func (d *Dialer) Stats() DialerStats {
 			cs := cc.conn.ConnectionStats()
 			st.PacketsSent += cs.PacketsSent
 			st.PacketsReceived += cs.PacketsReceived
+			st.PacketsLost += cs.PacketsLost
+			st.SmoothedRTT += cs.SmoothedRTT
 		}
+	}
+	if st.Conns > 0 {
+		st.SmoothedRTT /= time.Duration(st.Conns)
 	}
 	return st
 }

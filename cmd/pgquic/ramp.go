@@ -27,7 +27,9 @@ prediction (sessions / (RTT + execution + pooler overhead)).
 With no flags it starts a throwaway PostgreSQL and an in-process pooler
 (pool size 20, TCP front with TLS from a generated certificate, QUIC front),
 puts the WAN emulator (pgquic wan, a child process, RTT 150ms) in front of
-each, and offers a linear ramp of 100 -> 5,000 q/s over 30s, first to 500
+each, in packet mode where permitted (root or CAP_NET_ADMIN+CAP_SYS_ADMIN:
+the clients' sockets live in the emulator's network namespace and TCP and
+QUIC cross the same IP path), else in relay mode, saying so, and offers a linear ramp of 100 -> 5,000 q/s over 30s, first to 500
 TCP connections, then to 50 QUIC connections x 40 streams. It prints a
 progress line each second, then a summary table, and writes ramp.json and
 report.html into --out.
@@ -73,9 +75,18 @@ type rampConfig struct {
 
 	rtt, jitter time.Duration
 	loss        float64
-	from, to    float64
-	duration    time.Duration
-	poisson     bool
+	// wanMode is "packet" or "relay" as the flag gave it; "" picks packet
+	// mode where permitted (resolveWAN).
+	wanMode             string
+	burstLoss, burstLen float64
+	reorder             float64
+	bandwidth           int64
+	queue               int
+	// wanNote says why relay mode runs although packet mode is the default.
+	wanNote  string
+	from, to float64
+	duration time.Duration
+	poisson  bool
 
 	tcpConns, quicConns, streams int
 	query                        string
@@ -122,7 +133,34 @@ func (rc *rampConfig) schedule() loadgen.Schedule {
 
 // wanConfig is the emulator in front of upstream.
 func (rc *rampConfig) wanConfig(upstream string) wan.Config {
-	return wan.Config{Upstream: upstream, RTT: rc.rtt, Jitter: rc.jitter, Loss: rc.loss}
+	return wan.Config{Upstream: upstream, RTT: rc.rtt, Jitter: rc.jitter, Loss: rc.loss,
+		Packet: rc.wanMode == wan.ModePacket, BurstLoss: rc.burstLoss, BurstLen: rc.burstLen,
+		Reorder: rc.reorder, Bandwidth: rc.bandwidth, Queue: rc.queue}
+}
+
+// resolveWAN settles the emulation mode before anything starts: packet mode
+// where permitted, relay mode (with the reason in wanNote) where not, and an
+// error when packet mode was asked for, or is needed by a packet-only flag,
+// but cannot run.
+func (rc *rampConfig) resolveWAN(permitted func() error) error {
+	err := permitted()
+	switch {
+	case rc.wanMode == wan.ModeRelay:
+		return nil
+	case err == nil:
+		rc.wanMode = wan.ModePacket
+		return nil
+	case rc.wanMode == wan.ModePacket:
+		return fmt.Errorf("--wan packet: %w", err)
+	case rc.burstLoss > 0 || rc.reorder > 0 || rc.bandwidth > 0:
+		return fmt.Errorf("--burst-loss, --reorder and --bandwidth need packet mode: %w", err)
+	}
+	rc.wanMode = wan.ModeRelay
+	rc.wanNote = "relay mode: " + err.Error() + "; TCP is never dropped or queued"
+	if rc.loss > 0 {
+		rc.wanNote += ", so --loss handicaps QUIC alone"
+	}
+	return nil
 }
 
 // rampEnv is what the ramp needs from its surroundings, so tests can run it
@@ -136,6 +174,10 @@ type rampEnv struct {
 	// realtime moves this process to real-time scheduling (enterRealtime);
 	// nil where it must not, as in tests sharing the machine with others.
 	realtime func() error
+	// packetPermitted says why packet mode cannot run here (nil: it can);
+	// wan.PacketPermitted, or a stand-in for tests of the fallback. nil
+	// means not permitted.
+	packetPermitted func() error
 }
 
 // runRamp is the ramp subcommand.
@@ -156,7 +198,7 @@ func runRamp(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	return rampMain(ctx, rc, rampEnv{wan: wan.ProcessConfig{Path: exe, Args: []string{"wan"}}, now: time.Now,
-		realtime: enterRealtime}, stdout, stderr)
+		realtime: enterRealtime, packetPermitted: wan.PacketPermitted}, stdout, stderr)
 }
 
 // parseRampFlags parses and validates the ramp's flags; every problem is
@@ -174,7 +216,16 @@ func parseRampFlags(args []string, stdout, stderr io.Writer) (*rampConfig, error
 	fs.BoolVar(&rc.tcpTLS, "tcp-tls", true, "TCP sessions use TLS (SSLRequest); --tcp-tls=false for plain TCP")
 	fs.Var(durationFlag{&rc.rtt}, "rtt", "emulated round-trip `time`")
 	fs.Var(durationFlag{&rc.jitter}, "jitter", "emulated jitter: each one-way delay is RTT/2 ± this `time` (at most RTT/2)")
-	fs.Var(qpsFlag{&rc.loss}, "loss", "emulated UDP loss `probability` in [0, 1), QUIC only (the relay cannot drop TCP segments)")
+	fs.StringVar(&rc.wanMode, "wan", "", "WAN emulation `mode`: packet (IP packets between network namespaces, so TCP and QUIC meet the same loss and queues; root or CAP_NET_ADMIN+CAP_SYS_ADMIN) or relay (user-space relay, any user; TCP is never dropped) (default packet where permitted, else relay)")
+	fs.Var(qpsFlag{&rc.loss}, "loss", "emulated loss `probability` in [0, 1) per packet and direction: every packet in packet mode, UDP (QUIC) only in relay mode")
+	fs.Func("burst-loss", "packet mode: Gilbert-Elliott burst loss `P,LEN`: long-run fraction P of packets lost in bursts of LEN packets on average", func(v string) error {
+		var err error
+		rc.burstLoss, rc.burstLen, err = wan.ParseBurst(v)
+		return err
+	})
+	fs.Var(qpsFlag{&rc.reorder}, "reorder", "packet mode: `probability` that a packet is held back 10ms so later packets overtake it")
+	fs.Var(wan.RateFlag{P: &rc.bandwidth}, "bandwidth", "packet mode: bottleneck rate per direction, `RATE` such as 20mbit")
+	fs.Var(wan.BytesFlag{P: &rc.queue}, "queue", "packet mode with --bandwidth: drop-tail queue per direction in `BYTES`, such as 64KB (default one bandwidth-delay product, at least 16KB)")
 	fs.Var(qpsFlag{&rc.from}, "from", "offered `rate` at the start of the ramp, q/s")
 	fs.Var(qpsFlag{&rc.to}, "to", "offered `rate` at the end of the ramp, q/s")
 	fs.Var(durationFlag{&rc.duration}, "duration", "length of the ramp")
@@ -263,6 +314,26 @@ func (rc *rampConfig) validate() error {
 	if rc.loss < 0 || rc.loss >= 1 {
 		bad("--loss must be a probability in [0, 1), such as 0.01 for 1%% (got %v)", rc.loss)
 	}
+	if rc.reorder < 0 || rc.reorder >= 1 {
+		bad("--reorder must be a probability in [0, 1) (got %v)", rc.reorder)
+	}
+	switch rc.wanMode {
+	case "", wan.ModePacket, wan.ModeRelay:
+	default:
+		bad("--wan %q: want packet or relay", rc.wanMode)
+	}
+	packetOnly := []string{}
+	for _, f := range []string{"burst-loss", "reorder", "bandwidth", "queue"} {
+		if rc.set[f] {
+			packetOnly = append(packetOnly, "--"+f)
+		}
+	}
+	if rc.wanMode == wan.ModeRelay && len(packetOnly) > 0 {
+		bad("%s need --wan packet: the relay carries TCP as a byte stream and cannot drop, reorder or queue its segments", strings.Join(packetOnly, ", "))
+	}
+	if rc.set["queue"] && rc.bandwidth == 0 {
+		bad("--queue needs --bandwidth: without a rate limit no queue forms")
+	}
 	if rc.from < 0 || rc.to < 0 {
 		bad("--from and --to must not be negative (got %v and %v)", rc.from, rc.to)
 	} else if rc.from == 0 && rc.to == 0 {
@@ -347,6 +418,9 @@ func (rc *rampConfig) fillDefaults() {
 	}
 	if rc.targetMode() && !rc.set["pool-size"] {
 		rc.poolSize = 0
+	}
+	if rc.bandwidth > 0 && rc.queue == 0 {
+		rc.queue = wan.DefaultQueue(rc.bandwidth, rc.rtt)
 	}
 }
 

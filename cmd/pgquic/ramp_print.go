@@ -10,6 +10,7 @@ import (
 	"github.com/pgquic/pgquic/loadgen"
 	"github.com/pgquic/pgquic/loadgen/model"
 	"github.com/pgquic/pgquic/loadgen/report"
+	"github.com/pgquic/pgquic/loadgen/wan"
 )
 
 // printScenario prints what is about to be run.
@@ -25,7 +26,30 @@ func (rs *rampSession) printScenario() {
 		fmt.Fprintf(rs.out, " ± %v jitter", rc.jitter)
 	}
 	if rc.loss > 0 {
-		fmt.Fprintf(rs.out, ", %.2f%% UDP loss", 100*rc.loss)
+		what := "loss per packet each way"
+		if rc.wanMode == wan.ModeRelay {
+			what = "UDP loss (QUIC only: the relay never drops TCP)"
+		}
+		fmt.Fprintf(rs.out, ", %.2f%% %s", 100*rc.loss, what)
+	}
+	if rc.burstLoss > 0 {
+		fmt.Fprintf(rs.out, ", burst loss %.2f%% in bursts of %g packets", 100*rc.burstLoss, rc.burstLen)
+	}
+	if rc.reorder > 0 {
+		fmt.Fprintf(rs.out, ", %.2f%% reordered", 100*rc.reorder)
+	}
+	if rc.bandwidth > 0 {
+		fmt.Fprintf(rs.out, ", bottleneck %s bit/s", model.FormatQPS(float64(rc.bandwidth)))
+		if rc.queue > 0 {
+			fmt.Fprintf(rs.out, " with a %d-byte queue", rc.queue)
+		}
+	}
+	fmt.Fprintf(rs.out, "\nWAN emulation: %s mode", rc.wanMode)
+	if rc.wanMode == wan.ModePacket {
+		fmt.Fprintf(rs.out, " (IP packets between network namespaces: TCP and QUIC cross the same path)")
+	}
+	if rc.wanNote != "" {
+		fmt.Fprintf(rs.out, " (%s)", rc.wanNote)
 	}
 	fmt.Fprintf(rs.out, "\nquery: %s\n", rc.query)
 	switch {
@@ -93,7 +117,11 @@ func (rs *rampSession) printModel() {
 			exec, overhead := rs.modelFor(tr)
 			_, pool := rs.predictions(tr)
 			if pool > 0 {
-				fmt.Fprintf(w, "  %-8s pool_size %d / %s = %s q/s (via %s)\n", "pool", rc.poolSize, fmtMs(exec+overhead),
+				depth := ""
+				if !rc.targetMode() && rc.pipelineDepth > 1 {
+					depth = fmt.Sprintf(" x pipeline depth %d (at most)", rc.pipelineDepth)
+				}
+				fmt.Fprintf(w, "  %-8s pool_size %d / %s%s = %s q/s (via %s)\n", "pool", rc.poolSize, fmtMs(exec+overhead), depth,
 					model.FormatQPS(pool), transportLabel(tr, rs.clientConfig(tr).TLS()))
 			}
 		}
@@ -205,6 +233,29 @@ func printSummary(w io.Writer, rep *report.Report, results []rampResult) {
 		}
 		return fmt.Sprintf("%s mean, %s max", fmtMs(r.latency), fmtMs(r.lateMax))
 	})
+	row("path: sent / retransmitted / lost", func(r *rampResult) string {
+		p := r.run.Path
+		if p == nil {
+			return "-"
+		}
+		return fmt.Sprintf("%d / %d / %d packets", p.SentPackets, p.Retransmits, p.LostPackets)
+	})
+	row("path: srtt / emulator drops", func(r *rampResult) string {
+		p := r.run.Path
+		if p == nil {
+			return "-"
+		}
+		return fmt.Sprintf("%s ms / %d", trimFloat(p.SRTTMs), p.EmulatorDrops)
+	})
+	if rep.Scenario.BandwidthBps > 0 {
+		row("bottleneck queue delay", func(r *rampResult) string {
+			p := r.run.Path
+			if p == nil {
+				return "-"
+			}
+			return fmt.Sprintf("%s ms mean, %s ms max, %d dropped", trimFloat(p.QueueDelayMs), trimFloat(p.QueueDelayMaxMs), p.QueueDrops)
+		})
+	}
 	row("generator lag (max)", func(r *rampResult) string {
 		s := trimFloat(r.run.GeneratorLagMs) + " ms"
 		if r.run.GeneratorFellBehind {
@@ -226,6 +277,10 @@ func printSummary(w io.Writer, rep *report.Report, results []rampResult) {
 		if r.run.Reconnects > 0 {
 			notes = append(notes, fmt.Sprintf("%s: %d sessions reconnected during the run", r.label, r.run.Reconnects))
 		}
+	}
+	notes = append(notes, "WAN emulation: "+rep.Scenario.WAN+" mode")
+	if rep.Scenario.WANNote != "" {
+		notes[len(notes)-1] += " (" + rep.Scenario.WANNote + ")"
 	}
 	if len(rep.Runs) > 0 && rep.Runs[0].Target == "" {
 		notes = append(notes, "client CPU, RSS and fds include the in-process pooler; the emulator runs as a child process, measured apart")

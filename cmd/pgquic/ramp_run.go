@@ -106,6 +106,15 @@ func rampMain(ctx context.Context, rc *rampConfig, env rampEnv, stdout, stderr i
 		fmt.Fprintf(stderr, "pgquic ramp: %v\n", err)
 		return 1
 	}
+	permitted := env.packetPermitted
+	if permitted == nil {
+		permitted = func() error { return errors.New("packet mode is not available to this run") }
+	}
+	if err := rc.resolveWAN(permitted); err != nil {
+		_ = os.Remove(dir)
+		fmt.Fprintf(stderr, "pgquic ramp: %v\n", err)
+		return 2
+	}
 	fail := func(err error) int {
 		if createdDir {
 			_ = os.Remove(dir) // only if still empty
@@ -489,7 +498,14 @@ func (rs *rampSession) predictions(tr loadgen.Transport) (ceiling, pool float64)
 	exec, overhead := rs.modelFor(tr)
 	ceiling = model.Ceiling(cc.Sessions(), rs.rc.rtt+exec+overhead)
 	if rs.rc.poolSize > 0 {
-		pool = model.PoolCeiling(rs.rc.poolSize, exec, overhead)
+		// The in-process pooler pipelines across clients (--pipeline-depth):
+		// its pool carries up to depth queries per server connection. A
+		// target's depth is unknown, so its bound stays unpipelined.
+		depth := 1
+		if !rs.rc.targetMode() {
+			depth = rs.rc.pipelineDepth
+		}
+		pool = model.PipelinedPoolCeiling(rs.rc.poolSize, depth, exec, overhead)
 	}
 	return ceiling, pool
 }
@@ -512,7 +528,9 @@ func (rs *rampSession) newReport(started time.Time) *report.Report {
 		Scenario: report.Scenario{
 			RTTMs: msOf(rc.rtt), JitterMs: msOf(rc.jitter), FromQPS: rc.from, ToQPS: rc.to,
 			DurationS: rc.duration.Seconds(), Query: rc.query, PoolSize: rc.poolSize,
-			Arrivals: arrivals, UDPLoss: rc.loss, Scheduling: rs.scheduling,
+			Arrivals: arrivals, Scheduling: rs.scheduling,
+			WAN: rc.wanMode, WANNote: rc.wanNote, Loss: rc.loss, BurstLoss: rc.burstLoss,
+			BurstLen: rc.burstLen, Reorder: rc.reorder, BandwidthBps: rc.bandwidth, QueueBytes: rc.queue,
 		},
 		StartedAt: started.UTC(),
 		Machine:   m,
@@ -543,9 +561,13 @@ func (rs *rampSession) runTransport(ctx context.Context, tr loadgen.Transport) (
 			_, _ = emu.Stop()
 		}
 	}()
-	cc.Relay = emu.Addr()
-	fmt.Fprintf(rs.out, "\n%s: WAN emulator %s -> %s (pid %d, RTT %v); connecting %s sessions...\n",
-		label, emu.Addr(), cc.Addr, emu.Pid(), rc.rtt, model.FormatQPS(float64(cc.Sessions())))
+	cc.Relay, cc.Netns = emu.Addr(), emu.Netns()
+	where := ""
+	if cc.Netns != "" {
+		where = ", clients in network namespace " + cc.Netns
+	}
+	fmt.Fprintf(rs.out, "\n%s: WAN emulator (%s mode) %s -> %s (pid %d, RTT %v%s); connecting %s sessions...\n",
+		label, rc.wanMode, emu.Addr(), cc.Addr, emu.Pid(), rc.rtt, where, model.FormatQPS(float64(cc.Sessions())))
 	clients, err := loadgen.Connect(ctx, cc, rs.logger)
 	if err != nil {
 		if ctx.Err() != nil {
@@ -559,14 +581,19 @@ func (rs *rampSession) runTransport(ctx context.Context, tr loadgen.Transport) (
 		model.FormatQPS(rc.from), model.FormatQPS(rc.to), rc.duration)
 
 	emuBase, _ := emu.CPU()
-	sampler := startCPUSampler(emu)
+	pathBase := clients.PathStats()
+	// The emulator's counters at the start, so its drops and queueing are
+	// the run's, not the connection set-up's.
+	emuStart, snapErr := emu.Snapshot(5 * time.Second)
+	sampler := startCPUSampler(emu, clients)
 	res, err := loadgen.Run(ctx, loadgen.RunConfig{
 		Schedule: rc.schedule(),
 		Grace:    time.Second + 2*rc.rtt,
 		Progress: func(p loadgen.Progress) { printProgress(rs.out, label, p) },
 	}, clients.Workers())
-	perSecond := sampler.stop()
+	perSecond, perSecondPath := sampler.stop()
 	emuEnd, _ := emu.CPU()
+	pathEnd := clients.PathStats()
 	if err != nil {
 		_ = clients.Close()
 		return nil, fmt.Errorf("%s: %w", label, err)
@@ -585,11 +612,27 @@ func (rs *rampSession) runTransport(ctx context.Context, tr loadgen.Transport) (
 	run.PredictedCeilingQPS, run.PredictedPoolCeilingQPS = rs.predictions(tr)
 	run.ModelExecMs, run.ModelOverheadMs = msOf(exec), msOf(overhead)
 	run.Emulator = &report.Usage{CPUSeconds: (emuEnd - emuBase).Seconds()}
-	prev := emuBase
+	if loss := rc.loss + rc.burstLoss; loss > 0 && (rc.wanMode == wan.ModePacket || tr == loadgen.QUIC) {
+		run.PredictedLossInflationMs = msOf(model.LossInflation(model.Transport(label), rc.rtt, loss, model.DefaultPacketsPerQuery))
+	}
+	prev, prevPath := emuBase, pathBase
 	for k := range run.Seconds {
 		if k < len(perSecond) {
 			run.Seconds[k].EmulatorCPUSeconds = max(perSecond[k]-prev, 0).Seconds()
 			prev = perSecond[k]
+		}
+		if k < len(perSecondPath) {
+			run.Seconds[k].Path = pathDelta(prevPath, perSecondPath[k])
+			prevPath = perSecondPath[k]
+		}
+	}
+	// The path figures describe the emulated path only in packet mode; in
+	// relay mode TCP's kernel sees the loopback hop to the relay.
+	if rc.wanMode == wan.ModePacket {
+		run.Path = pathDelta(pathBase, pathEnd)
+	} else {
+		for k := range run.Seconds {
+			run.Seconds[k].Path = nil
 		}
 	}
 	r := &rampResult{label: label, run: run, res: res}
@@ -608,6 +651,29 @@ func (rs *rampSession) runTransport(ctx context.Context, tr loadgen.Transport) (
 		if hops > 0 {
 			r.latency, r.lateMax, r.latePkt = late/time.Duration(hops), lateMax, hops
 		}
+		if p := stats.Packet; p != nil && run.Path != nil {
+			if snapErr == nil && emuStart.Packet != nil {
+				p = p.Since(emuStart.Packet)
+			} else {
+				rs.logger.Warn("WAN emulator counters at the start of the run", "err", snapErr)
+			}
+			run.Path.EmulatorDrops = p.Up.Lost + p.Up.BurstLost + p.Up.QueueDrops + p.Down.Lost + p.Down.BurstLost + p.Down.QueueDrops
+			run.Path.QueueDrops = p.Up.QueueDrops + p.Down.QueueDrops
+			if n := p.Up.Delivered + p.Down.Delivered; n > 0 {
+				run.Path.QueueDelayMs = msOf((p.Up.QueueDelay.Total + p.Down.QueueDelay.Total) / time.Duration(n))
+			}
+			run.Path.QueueDelayMaxMs = msOf(max(p.Up.QueueDelay.Max, p.Down.QueueDelay.Max))
+			if run.Completed > 0 && rc.bandwidth > 0 {
+				perQuery := float64(max(p.Up.Bytes, p.Down.Bytes)) / float64(run.Completed)
+				run.PredictedBandwidthCeilingQPS = model.BandwidthCeiling(rc.bandwidth, perQuery)
+				run.PredictedQueueDelayMaxMs = msOf(model.QueueDelayMax(rc.bandwidth, rc.queue))
+			}
+			late := p.Up.Late.Total + p.Down.Late.Total
+			if hops := p.Up.Delivered + p.Down.Delivered; hops > 0 {
+				r.latency, r.lateMax, r.latePkt = late/time.Duration(hops), max(p.Up.Late.Max, p.Down.Late.Max), hops
+			}
+		}
+		r.run = run
 	} else {
 		rs.logger.Warn("WAN emulator counters", "err", serr)
 	}
@@ -619,10 +685,11 @@ func (rs *rampSession) runTransport(ctx context.Context, tr loadgen.Transport) (
 type cpuSampler struct {
 	stopc   chan struct{}
 	done    chan struct{}
-	samples []time.Duration // cumulative CPU at the end of second k
+	samples []time.Duration     // cumulative CPU at the end of second k
+	paths   []loadgen.PathStats // the clients' path counters then
 }
 
-func startCPUSampler(p *wan.Process) *cpuSampler {
+func startCPUSampler(p *wan.Process, c *loadgen.Clients) *cpuSampler {
 	s := &cpuSampler{stopc: make(chan struct{}), done: make(chan struct{})}
 	start := time.Now()
 	go func() {
@@ -640,16 +707,29 @@ func startCPUSampler(p *wan.Process) *cpuSampler {
 				return
 			}
 			s.samples = append(s.samples, cpu)
+			s.paths = append(s.paths, c.PathStats())
 		}
 	}()
 	return s
 }
 
 // stop ends the sampling and returns the cumulative readings.
-func (s *cpuSampler) stop() []time.Duration {
+func (s *cpuSampler) stop() ([]time.Duration, []loadgen.PathStats) {
 	close(s.stopc)
 	<-s.done
-	return s.samples
+	return s.samples, s.paths
+}
+
+// pathDelta is the report's path figures between two readings: counters as
+// increases, the smoothed RTT as read at the end.
+func pathDelta(from, to loadgen.PathStats) *report.Path {
+	sub := func(a, b uint64) uint64 { return a - min(a, b) }
+	return &report.Path{
+		Retransmits: sub(to.Retransmits, from.Retransmits),
+		SentPackets: sub(to.SentPackets, from.SentPackets),
+		LostPackets: sub(to.LostPackets, from.LostPackets),
+		SRTTMs:      msOf(to.SRTT),
+	}
 }
 
 // msOf converts a duration to milliseconds.

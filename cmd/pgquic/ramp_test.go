@@ -7,6 +7,7 @@ import (
 	"errors"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -26,6 +27,14 @@ func TestRampFlags(t *testing.T) {
 	}{
 		{args: []string{"--help"}, code: 0, stdout: "-quic-target"},
 		{args: []string{"--tcp-conns", "0"}, code: 2, stderr: []string{"--tcp-conns must be at least 1 (got 0)"}},
+		{args: []string{"--queue", "0"}, code: 2, stderr: []string{"a queue of 0 bytes would drop every packet"}},
+		{args: []string{"--bandwidth", "-5mbit"}, code: 2, stderr: []string{`rate "-5mbit" must not be negative`}},
+		{args: []string{"--loss", "1"}, code: 2, stderr: []string{"--loss must be a probability in [0, 1)"}},
+		{args: []string{"--burst-loss", "1.2,3"}, code: 2, stderr: []string{"want a probability in [0, 1)"}},
+		{args: []string{"--reorder", "-0.1"}, code: 2, stderr: []string{"--reorder must be a probability in [0, 1)"}},
+		{args: []string{"--wan", "netem"}, code: 2, stderr: []string{`--wan "netem": want packet or relay`}},
+		{args: []string{"--wan", "relay", "--bandwidth", "20mbit"}, code: 2, stderr: []string{"--bandwidth need --wan packet"}},
+		{args: []string{"--queue", "64KB"}, code: 2, stderr: []string{"--queue needs --bandwidth"}},
 		{args: []string{"--quic-conns", "-1", "--streams", "0"}, code: 2,
 			stderr: []string{"--quic-conns must be at least 1 (got -1)", "--streams must be at least 1 (got 0)"}},
 		{args: []string{"--rtt", "ten"}, code: 2, stderr: []string{`invalid value "ten" for flag -rtt: not a duration`}},
@@ -116,8 +125,13 @@ func testRampEnv(t *testing.T) rampEnv {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return rampEnv{wan: wan.ProcessConfig{Path: exe, Env: []string{wan.ChildEnv + "=1"}}, now: time.Now}
+	return rampEnv{wan: wan.ProcessConfig{Path: exe, Env: []string{wan.ChildEnv + "=1"}}, now: time.Now,
+		packetPermitted: func() error { return errTestUnprivileged }}
 }
+
+// errTestUnprivileged stands in for a process without CAP_NET_ADMIN: the
+// ramp tests run relay mode unless they ask for packet mode.
+var errTestUnprivileged = errors.New("packet mode needs root or CAP_NET_ADMIN+CAP_SYS_ADMIN, which this process lacks")
 
 // runRampTest parses args and runs the ramp with the test environment.
 func runRampTest(ctx context.Context, t *testing.T, args []string, stdout, stderr *lockedBuffer) int {
@@ -162,6 +176,9 @@ func TestRampEndToEnd(t *testing.T) {
 	}
 	if len(rep.Runs) != 2 || rep.Runs[0].Transport != "tcp" || rep.Runs[1].Transport != "quic" {
 		t.Fatalf("runs %+v, want tcp then quic", rep.Runs)
+	}
+	if rep.Scenario.WAN != "relay" || !strings.Contains(rep.Scenario.WANNote, "CAP_NET_ADMIN") {
+		t.Errorf("wan %q note %q: want the relay fallback and why", rep.Scenario.WAN, rep.Scenario.WANNote)
 	}
 	for _, r := range rep.Runs {
 		// (20 + 200) / 2 x 3 s, evenly spaced.
@@ -212,6 +229,7 @@ func TestRampEndToEnd(t *testing.T) {
 		"tcp+tls   1s  offered", "quic      2s  offered", // progress lines
 		"predicted ceiling", "measured knee", "emulator CPU", // summary
 		"wrote " + filepath.Join(out, "report.html"),
+		"WAN emulation: relay mode (relay mode: packet mode needs root", // the fallback, said
 	} {
 		if !strings.Contains(stdout.String(), want) {
 			t.Errorf("stdout lacks %q:\n%s", want, stdout.String())
@@ -310,5 +328,119 @@ func TestRampInterrupted(t *testing.T) {
 	}
 	if !strings.Contains(stderr.String(), "interrupted") {
 		t.Errorf("stderr does not say it was interrupted:\n%s", stderr.String())
+	}
+}
+
+// TestRampPacketMode runs a short ramp in packet mode with 2% loss each
+// way: the clients' sockets live in the emulator's namespace, TCP reports
+// retransmissions and QUIC lost packets (run totals and per second), and
+// nothing the run made is left in `ip netns list`.
+func TestRampPacketMode(t *testing.T) {
+	if _, err := pgtest.Binaries(); err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("PostgreSQL is required under CI: %v", err)
+		}
+		t.Skipf("PostgreSQL not installed: %v", err)
+	}
+	if err := wan.PacketPermitted(); err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("CI runs as root and must test packet mode: %v", err)
+		}
+		t.Skip(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	out := t.TempDir()
+	jsonFile := filepath.Join(out, "ramp.json")
+	var stdout, stderr lockedBuffer
+	rc, err := parseRampFlags([]string{"--rtt", "30ms", "--from", "50", "--to", "300", "--duration", "3s", "--loss", "0.02",
+		"--tcp-conns", "10", "--quic-conns", "2", "--streams", "5", "--out", out}, &stdout, &stderr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := testRampEnv(t)
+	env.packetPermitted = wan.PacketPermitted
+	if code := rampMain(ctx, rc, env, &stdout, &stderr); code != 0 {
+		t.Fatalf("exit code %d\nstdout:\n%s\nstderr:\n%s", code, stdout.String(), stderr.String())
+	}
+	rep, err := report.ReadJSON(jsonFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Scenario.WAN != "packet" || rep.Scenario.Loss != 0.02 || rep.Scenario.WANNote != "" {
+		t.Errorf("scenario %+v: want packet mode at loss 0.02", rep.Scenario)
+	}
+	for _, r := range rep.Runs {
+		p := r.Path
+		if p == nil || p.SentPackets == 0 || p.EmulatorDrops == 0 || p.SRTTMs < 27 {
+			t.Fatalf("%s: path %+v", r.Transport, p)
+		}
+		if r.Transport == "tcp" && p.Retransmits == 0 || r.Transport == "quic" && p.LostPackets == 0 {
+			t.Errorf("%s: no loss recovery seen across 2%% loss: %+v", r.Transport, p)
+		}
+		var sent uint64
+		for _, s := range r.Seconds {
+			if s.Path != nil {
+				sent += s.Path.SentPackets
+			}
+		}
+		if sent == 0 || sent > p.SentPackets {
+			t.Errorf("%s: per-second packets %d, run %d", r.Transport, sent, p.SentPackets)
+		}
+	}
+	if html, err := os.ReadFile(filepath.Join(out, "report.html")); err != nil || !strings.Contains(string(html), `data-chart="path"`) ||
+		!strings.Contains(string(html), "loss: predicted mean latency added") {
+		t.Errorf("report.html lacks the path chart or the loss prediction (%v)", err)
+	}
+	for _, r := range rep.Runs {
+		if r.PredictedLossInflationMs <= 0 {
+			t.Errorf("%s: no predicted loss inflation", r.Transport)
+		}
+	}
+	if !strings.Contains(stdout.String(), "clients in network namespace pgq-") || !strings.Contains(stdout.String(), "WAN emulation: packet mode") {
+		t.Errorf("stdout does not name packet mode and the namespace:\n%s", stdout.String())
+	}
+	list, err := exec.Command("ip", "netns", "list").CombinedOutput()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range strings.Split(string(list), "\n") {
+		if f := strings.Fields(l); len(f) > 0 && strings.HasPrefix(f[0], wan.NetnsPrefix) && !otherLiveRun(f[0]) {
+			t.Errorf("left over after the ramp: %s", f[0])
+		}
+	}
+}
+
+// otherLiveRun reports whether a pgq- namespace belongs to a process still
+// alive (another test binary running in parallel), not to this ramp.
+func otherLiveRun(name string) bool {
+	f := strings.Split(strings.TrimPrefix(name, wan.NetnsPrefix), "-")
+	if len(f) < 1 {
+		return false
+	}
+	_, err := os.Stat("/proc/" + f[0])
+	return err == nil
+}
+
+// TestRampPacketRefused: --wan packet without the privilege, and the
+// packet-only flags with relay mode, are refused before anything starts.
+func TestRampPacketRefused(t *testing.T) {
+	var stdout, stderr lockedBuffer
+	rc, err := parseRampFlags([]string{"--wan", "packet", "--out", "", "--json", filepath.Join(t.TempDir(), "x.json")}, &stdout, &stderr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if code := rampMain(context.Background(), rc, testRampEnv(t), &stdout, &stderr); code != 2 ||
+		!strings.Contains(stderr.String(), "--wan packet: packet mode needs root or CAP_NET_ADMIN+CAP_SYS_ADMIN") {
+		t.Errorf("exit %d, stderr %q", code, stderr.String())
+	}
+	rc, err = parseRampFlags([]string{"--bandwidth", "20mbit", "--out", "", "--json", filepath.Join(t.TempDir(), "x.json")}, &stdout, &stderr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stderr = lockedBuffer{}
+	if code := rampMain(context.Background(), rc, testRampEnv(t), &stdout, &stderr); code != 2 ||
+		!strings.Contains(stderr.String(), "need packet mode") {
+		t.Errorf("exit %d, stderr %q", code, stderr.String())
 	}
 }

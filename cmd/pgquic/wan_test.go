@@ -3,8 +3,10 @@ package main
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"net"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
@@ -175,4 +177,40 @@ func startEcho(t *testing.T) string {
 		wg.Wait()
 	})
 	return ln.Addr().String()
+}
+
+// TestWanNetnsCommand runs a command in packet mode's client namespace: it
+// sees the path's address in PGHOST/PGPORT, reaches the upstream there over
+// TCP, its exit status is wan's, and the namespaces are gone afterwards.
+func TestWanNetnsCommand(t *testing.T) {
+	if err := wan.PacketPermitted(); err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatal(err)
+		}
+		t.Skip(err)
+	}
+	upstream := startEcho(t)
+	_, port, _ := net.SplitHostPort(upstream)
+	var stdout, stderr lockedBuffer
+	// The shell checks its environment and that the host's loopback
+	// upstream is not what it reaches (its namespace has its own lo).
+	script := `test "$PGHOST:$PGPORT" = "` + wan.ServerIP + `:` + port + `" && ip -o -4 addr show dev pgq0 | grep -q 198.18.0.1 && exit 7`
+	code := run(context.Background(), []string{"wan", "--netns", "--upstream", upstream, "--rtt", "10ms", "--", "sh", "-c", script}, &stdout, &stderr)
+	if code != 7 {
+		t.Fatalf("exit %d, want the command's 7\nstdout: %s\nstderr: %s", code, stdout.String(), stderr.String())
+	}
+	if !strings.Contains(stderr.String(), "running sh in network namespace pgq-") {
+		t.Errorf("stderr does not name the namespace: %s", stderr.String())
+	}
+	out, err := exec.Command("ip", "netns", "list").CombinedOutput()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(out), fmt.Sprintf("%s%d-", wan.NetnsPrefix, os.Getpid())) {
+		t.Errorf("namespaces left: %s", out)
+	}
+	code = run(context.Background(), []string{"wan", "--listen", "127.0.0.1:0", "--upstream", upstream, "--rtt", "10ms", "--", "true"}, &stdout, &stderr)
+	if code != 2 || !strings.Contains(stderr.String(), "needs --netns") {
+		t.Errorf("a command without --netns: exit %d, %s", code, stderr.String())
+	}
 }

@@ -91,6 +91,16 @@ func PoolCeiling(poolSize int, exec, overhead time.Duration) float64 {
 	return Ceiling(poolSize, exec+overhead)
 }
 
+// PipelinedPoolCeiling is PoolCeiling with cross-client pipelining: a
+// server connection then carries up to depth queries at once, their round
+// trips between pooler and PostgreSQL overlapped, so the pool carries at
+// most depth times as many. It is an upper bound (PostgreSQL still executes
+// a connection's queries one after another), not a prediction; without
+// pipelining (depth 0 or 1) it is PoolCeiling.
+func PipelinedPoolCeiling(poolSize, depth int, exec, overhead time.Duration) float64 {
+	return PoolCeiling(poolSize, exec, overhead) * float64(max(depth, 1))
+}
+
 // SessionsFor returns the number of concurrent sessions needed to sustain
 // qps queries per second when each query holds its session for perQuery:
 // ceil(qps x perQuery).

@@ -415,25 +415,74 @@ func queueChart(rep *Report) (*plot.Plot, error) {
 	p.X.Min, p.X.Max, p.Y.Min = x0, x1, 0
 	hi := 1.0
 	for i := range rep.Runs {
-		r := &rep.Runs[i]
-		c := runColor(rep, i)
-		for _, q := range []struct {
-			label  string
-			v      func(*Second) float64
-			width  float64
-			dashes []vg.Length
-		}{
+		if err := addRunLines(p, rep, i, &hi, []runLine{
 			{"backlog (due, not yet sent)", func(s *Second) float64 { return float64(s.Backlog) }, 2, solid},
 			{"in flight", func(s *Second) float64 { return float64(s.InFlight) }, 1.5, dashed},
-		} {
-			xys := series(r, q.v, false)
-			for _, xy := range xys {
-				hi = max(hi, xy.Y)
-			}
-			if err := addLine(p, runLabel(rep, i)+" "+q.label, xys, c, q.width, q.dashes); err != nil {
-				return nil, err
-			}
+		}); err != nil {
+			return nil, err
 		}
+	}
+	p.Y.Max = hi * 1.15
+	return p, nil
+}
+
+// runLine is one per-second series of a run drawn in the run's colour.
+type runLine struct {
+	label  string
+	v      func(*Second) float64
+	width  float64
+	dashes []vg.Length
+}
+
+// addRunLines draws run i's lines on p and raises *hi to their highest
+// value.
+func addRunLines(p *plot.Plot, rep *Report, i int, hi *float64, lines []runLine) error {
+	r, c := &rep.Runs[i], runColor(rep, i)
+	for _, q := range lines {
+		xys := series(r, q.v, false)
+		for _, xy := range xys {
+			*hi = max(*hi, xy.Y)
+		}
+		if err := addLine(p, runLabel(rep, i)+" "+q.label, xys, c, q.width, q.dashes); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// pathChart answers: how much loss recovery did each transport do? Per
+// second, TCP's retransmitted segments and QUIC's packets declared lost,
+// from the transports' own counters. nil when no run measured its path.
+func pathChart(rep *Report) (*plot.Plot, error) {
+	p := newPlot("seconds into the run", "packets per second")
+	x0, x1 := timeSpan(rep)
+	p.X.Min, p.X.Max, p.Y.Min = x0, x1, 0
+	hi, found := 1.0, false
+	for i := range rep.Runs {
+		r := &rep.Runs[i]
+		if r.Path == nil {
+			continue
+		}
+		found = true
+		if err := addRunLines(p, rep, i, &hi, []runLine{
+			{"retransmitted", func(s *Second) float64 {
+				if s.Path == nil {
+					return 0
+				}
+				return float64(s.Path.Retransmits)
+			}, 2, solid},
+			{"lost", func(s *Second) float64 {
+				if s.Path == nil {
+					return 0
+				}
+				return float64(s.Path.LostPackets)
+			}, 1.5, dashed},
+		}); err != nil {
+			return nil, err
+		}
+	}
+	if !found {
+		return nil, nil
 	}
 	p.Y.Max = hi * 1.15
 	return p, nil
@@ -579,6 +628,10 @@ func renderCharts(rep *Report) (charts []chart, err error) {
 	if err != nil {
 		return nil, err
 	}
+	path, err := pathChart(rep)
+	if err != nil {
+		return nil, err
+	}
 	specs := []struct {
 		id, question, howTo string
 		plots               []*plot.Plot
@@ -595,6 +648,14 @@ func renderCharts(rep *Report) (charts []chart, err error) {
 		{"cost", "What did each transport cost in CPU and memory?",
 			"CPU seconds spent over the whole run by the load generator (client), the WAN emulator and, when measured apart, the pooler; and the client's peak resident memory.",
 			[]*plot.Plot{cpu, mem}},
+	}
+	if path != nil {
+		specs = append(specs, struct {
+			id, question, howTo string
+			plots               []*plot.Plot
+		}{"path", "How much loss recovery did each transport do?",
+			"Per second of the run, from the transports' own counters: TCP's retransmitted segments (TCP_INFO, summed over its connections) and the packets each declared lost (QUIC's loss detection; for TCP, retransmissions the receiver did not report as duplicates). Packet mode only.",
+			[]*plot.Plot{path}})
 	}
 	for _, s := range specs {
 		svg, err := svgOf(s.plots...)

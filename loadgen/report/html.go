@@ -44,6 +44,16 @@ type pageData struct {
 	Runs   []runView
 }
 
+// HasPath tells whether any run measured its path (packet mode).
+func (d pageData) HasPath() bool {
+	for _, r := range d.Report.Runs {
+		if r.Path != nil {
+			return true
+		}
+	}
+	return false
+}
+
 // runView holds a run's figures as the page prints them.
 type runView struct {
 	Name, Color   string
@@ -69,6 +79,10 @@ type runView struct {
 	PoolerCPU     string
 	Target        string
 	LittleExample string
+	PathPackets   string
+	PathRTT       string
+	LossInflation string
+	Bottleneck    string
 }
 
 func newRunView(rep *Report, i int) runView {
@@ -138,6 +152,18 @@ func newRunView(rep *Report, i int) runView {
 	}
 	if r.Pooler != nil {
 		v.PoolerCPU = fmt.Sprintf("%.1f s", r.Pooler.CPUSeconds)
+	}
+	v.PathPackets, v.PathRTT, v.LossInflation, v.Bottleneck = "-", "-", "-", "-"
+	if p := r.Path; p != nil {
+		v.PathPackets = fmt.Sprintf("%s / %s / %s", count(int64(p.SentPackets)), count(int64(p.Retransmits)), count(int64(p.LostPackets)))
+		v.PathRTT = fmt.Sprintf("%s / %s", msText(p.SRTTMs), count(int64(p.EmulatorDrops)))
+		if r.PredictedBandwidthCeilingQPS > 0 {
+			v.Bottleneck = fmt.Sprintf("%s / %s, %s / %s", qps(r.PredictedBandwidthCeilingQPS), msText(r.PredictedQueueDelayMaxMs),
+				msText(p.QueueDelayMs), msText(p.QueueDelayMaxMs))
+		}
+	}
+	if r.PredictedLossInflationMs > 0 {
+		v.LossInflation = msText(r.PredictedLossInflationMs) + fmt.Sprintf(" (measured mean %s)", msText(r.LatencyMs.Mean))
 	}
 	return v
 }
@@ -215,7 +241,7 @@ figure svg { width: 100%; height: auto; display: block; }
 <body>
 <h1>How many queries per second across {{ms .Report.Scenario.RTTMs}} ms, over TCP and over QUIC?</h1>
 {{with .Report.Scenario}}<p class="sub">Offered rate {{if eq .Arrivals "constant"}}constant at {{num .ToQPS}} q/s{{else}}rising from {{num .FromQPS}} to {{num .ToQPS}} q/s{{end}} over {{ms .DurationS}} s{{if .Arrivals}} ({{.Arrivals}} arrivals){{end}};
-round trip {{ms .RTTMs}} ms{{if .JitterMs}}, jitter {{ms .JitterMs}} ms{{end}}{{if .UDPLoss}}, UDP loss {{printf "%.2g" .UDPLoss}}{{end}}{{if eq .Scheduling "realtime"}}, real-time scheduling{{end}};
+round trip {{ms .RTTMs}} ms{{if .JitterMs}}, jitter {{ms .JitterMs}} ms{{end}}{{if .UDPLoss}}, UDP loss {{printf "%.2g" .UDPLoss}}{{end}}{{if .Loss}}, loss {{printf "%.2g" .Loss}} per packet each way{{end}}{{if .BurstLoss}}, burst loss {{printf "%.2g" .BurstLoss}} in bursts of {{.BurstLen}}{{end}}{{if .Reorder}}, reordering {{printf "%.2g" .Reorder}}{{end}}{{if .BandwidthBps}}, bottleneck {{.BandwidthBps}} bit/s with a {{.QueueBytes}}-byte queue{{end}}{{if .WAN}}, WAN emulation: {{.WAN}} mode{{if .WANNote}} ({{.WANNote}}){{end}}{{end}}{{if eq .Scheduling "realtime"}}, real-time scheduling{{end}};
 pool of {{.PoolSize}} server connections; query <code>{{.Query}}</code>.</p>{{end}}
 <p class="sub">{{if not .Report.StartedAt.IsZero}}Measured {{date .Report.StartedAt}}{{else}}Date not recorded{{end}}{{with .Report.Machine}} on {{.CPUs}} CPUs, {{.OS}}/{{.Arch}}{{if .Kernel}}, kernel {{.Kernel}}{{end}}{{if .GoVersion}}, {{.GoVersion}}{{end}}{{end}}.</p>
 {{range .Runs}}{{if .FellBehind}}<p class="warn">{{.Name}}: the load generator fell behind its schedule (largest lag {{.GeneratorLag}}): the client, not the system under test, ran short of CPU, so the offered rate is in doubt.</p>{{end}}{{if .Interrupted}}<p class="warn">{{.Name}}: the run was interrupted; figures cover what was scheduled until then.</p>{{end}}{{end}}
@@ -233,11 +259,16 @@ pool of {{.PoolSize}} server connections; query <code>{{.Query}}</code>.</p>{{en
 <tr><th>scheduled = completed + errors + unfinished</th>{{range .Runs}}<td class="num{{if .Errors}} warn{{end}}">{{.Accounting}}</td>{{end}}</tr>
 <tr><th>latency p50 / p90 / p99</th>{{range .Runs}}<td class="num">{{index .Latency 0}} / {{index .Latency 1}} / {{index .Latency 2}}</td>{{end}}</tr>
 <tr><th>latency max / mean</th>{{range .Runs}}<td class="num">{{index .Latency 3}} / {{index .Latency 4}}</td>{{end}}</tr>
-<tr><th>load generator's largest lag</th>{{range .Runs}}<td class="num{{if .FellBehind}} warn{{end}}">{{.GeneratorLag}}{{if .FellBehind}}: fell behind{{end}}</td>{{end}}</tr>
+{{if .HasPath}}<tr><th>path: sent / retransmitted / lost packets</th>{{range .Runs}}<td class="num">{{.PathPackets}}</td>{{end}}</tr>
+<tr><th>path: smoothed RTT / emulator drops</th>{{range .Runs}}<td class="num">{{.PathRTT}}</td>{{end}}</tr>
+<tr><th>loss: predicted mean latency added</th>{{range .Runs}}<td class="num">{{.LossInflation}}</td>{{end}}</tr>
+<tr><th>bottleneck: predicted ceiling / queue delay max, measured queue delay mean / max</th>{{range .Runs}}<td class="num">{{.Bottleneck}}</td>{{end}}</tr>
+{{end}}<tr><th>load generator's largest lag</th>{{range .Runs}}<td class="num{{if .FellBehind}} warn{{end}}">{{.GeneratorLag}}{{if .FellBehind}}: fell behind{{end}}</td>{{end}}</tr>
 </table>
 <p class="how">The ceiling is Little's law: a PostgreSQL session runs one query at a time, so a client completes at most
 sessions / (round trip + execution + pooler overhead) queries per second{{range .Runs}}{{if .LittleExample}}; {{.LittleExample}}{{end}}{{end}}.
-The pool's ceiling is pool size / (execution + overhead). The knee is the highest offered rate of a one-second window
+The pool's ceiling is pool size / (execution + overhead), times the pooler's cross-client pipelining depth when it
+pipelines (then an upper bound: PostgreSQL still runs a server connection's queries one after another). The knee is the highest offered rate of a one-second window
 whose completions kept up (at least 98% of offered) with a backlog that did not grow.</p>
 {{range $i, $c := .Charts}}
 <h2 id="{{$c.ID}}">{{$c.Question}}</h2>

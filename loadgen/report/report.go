@@ -67,9 +67,29 @@ type Scenario struct {
 	// Arrivals names the arrival process ("linear", "constant", "poisson");
 	// empty means the default linear ramp.
 	Arrivals string `json:"arrivals,omitempty"`
-	// UDPLoss is the emulated UDP loss rate as a fraction (0.01 is 1%); it
-	// applies to QUIC only, because the relay cannot drop TCP segments.
+	// UDPLoss is the emulated UDP loss rate as a fraction (0.01 is 1%) that
+	// reports wrote before Loss and WAN existed (relay mode: QUIC only).
+	// The ramp no longer writes it; it is read so old reports still load.
 	UDPLoss float64 `json:"udp_loss,omitempty"`
+	// WAN is the emulation mode that ran: "packet" (IP packets between
+	// network namespaces: TCP and QUIC meet the same path) or "relay" (a
+	// user-space relay: TCP is never dropped). Empty in older reports.
+	WAN string `json:"wan,omitempty"`
+	// WANNote says why the mode is not the default one (packet mode not
+	// permitted), so a reader of the report knows what the numbers mean.
+	WANNote string `json:"wan_note,omitempty"`
+	// Loss is the --loss probability per packet and direction, as the flag.
+	Loss float64 `json:"loss"`
+	// BurstLoss and BurstLen are the Gilbert-Elliott burst loss (long-run
+	// fraction, mean burst length in packets); 0 for none.
+	BurstLoss float64 `json:"burst_loss,omitempty"`
+	BurstLen  float64 `json:"burst_len,omitempty"`
+	// Reorder is the probability a packet is held back so later ones pass.
+	Reorder float64 `json:"reorder,omitempty"`
+	// BandwidthBps is the bottleneck's rate in bits per second per
+	// direction, QueueBytes its drop-tail queue; 0 for no limit.
+	BandwidthBps int64 `json:"bandwidth_bps,omitempty"`
+	QueueBytes   int   `json:"queue_bytes,omitempty"`
 	// Scheduling is how the host's CPU scheduler ran the measuring
 	// processes: "realtime" (real-time round-robin, so the client, pooler,
 	// emulator and PostgreSQL sharing the host do not wait on each other's
@@ -109,8 +129,11 @@ type Run struct {
 	// Conns x StreamsPerConn / (RTT + execution + pooler overhead).
 	PredictedCeilingQPS float64 `json:"predicted_ceiling_qps"`
 	// PredictedPoolCeilingQPS is the server-side ceiling of the model:
-	// pool_size / (execution + pooler overhead); 0 when not computed. The
-	// run cannot exceed the lower of the two ceilings.
+	// pool_size / (execution + pooler overhead), times the pooler's
+	// cross-client pipelining depth when it pipelines (the in-process
+	// pooler's --pipeline-depth: a server connection then has up to that
+	// many queries in flight, so the figure is an upper bound); 0 when not
+	// computed. The run cannot exceed the lower of the two ceilings.
 	PredictedPoolCeilingQPS float64 `json:"predicted_pool_ceiling_qps,omitempty"`
 	// ModelExecMs and ModelOverheadMs are the execution time and pooler
 	// overhead per query, in milliseconds, that the predictions used.
@@ -149,6 +172,21 @@ type Run struct {
 	// told apart (an in-process pooler shares the client's process); nil
 	// when unknown.
 	Pooler *Usage `json:"pooler,omitempty"`
+	// Path is what the transport's own loss recovery saw over the run
+	// (TCP: TCP_INFO summed over the connections; QUIC: quic-go's
+	// connection stats) and what the emulator dropped and queued; nil when
+	// not measured.
+	Path *Path `json:"path,omitempty"`
+	// PredictedLossInflationMs is the model's expected latency added per
+	// query by retransmissions at the scenario's loss, for this transport.
+	PredictedLossInflationMs float64 `json:"predicted_loss_inflation_ms,omitempty"`
+	// PredictedBandwidthCeilingQPS is the model's ceiling from the
+	// bottleneck's rate and this run's measured bytes per query; 0 without
+	// a rate limit.
+	PredictedBandwidthCeilingQPS float64 `json:"predicted_bandwidth_ceiling_qps,omitempty"`
+	// PredictedQueueDelayMaxMs is the longest wait in a full bottleneck
+	// queue (queue bytes / rate), beside Path.QueueDelayMaxMs.
+	PredictedQueueDelayMaxMs float64 `json:"predicted_queue_delay_max_ms,omitempty"`
 
 	// GeneratorLagMs is the largest delay, in milliseconds, between a
 	// query's intended send time and the moment the generator handed it
@@ -208,6 +246,32 @@ type Client struct {
 	FDs int `json:"fds"`
 }
 
+// Path is a transport's view of the network path over a run or a window,
+// with the emulator's counts beside it.
+type Path struct {
+	// Retransmits counts retransmitted TCP segments (QUIC retransmits
+	// frames, not packets: 0 there, see LostPackets).
+	Retransmits uint64 `json:"retransmits"`
+	// SentPackets counts packets (TCP segments) the client sent.
+	SentPackets uint64 `json:"sent_packets"`
+	// LostPackets counts packets the client's transport declared lost
+	// (QUIC) or retransmitted without the receiver reporting a duplicate
+	// (TCP).
+	LostPackets uint64 `json:"lost_packets"`
+	// SRTTMs is the smoothed round-trip time, averaged over connections.
+	SRTTMs float64 `json:"srtt_ms"`
+	// EmulatorDrops counts packets the emulator dropped, both directions
+	// (random and burst loss, queue overflow), from the start of the run
+	// (after the sessions connected) to its end; run totals only.
+	EmulatorDrops uint64 `json:"emulator_drops,omitempty"`
+	// QueueDrops counts the bottleneck queue's share of them.
+	QueueDrops uint64 `json:"queue_drops,omitempty"`
+	// QueueDelayMs is the mean time a packet waited for the bottleneck,
+	// QueueDelayMaxMs the longest; 0 without a rate limit.
+	QueueDelayMs    float64 `json:"queue_delay_ms,omitempty"`
+	QueueDelayMaxMs float64 `json:"queue_delay_max_ms,omitempty"`
+}
+
 // Usage is the CPU one component spent over a run.
 type Usage struct {
 	// CPUSeconds is the user plus system CPU time spent.
@@ -252,6 +316,9 @@ type Second struct {
 	ClientFDs int `json:"client_fds,omitempty"`
 	// EmulatorCPUSeconds is the CPU the WAN emulator spent during the window.
 	EmulatorCPUSeconds float64 `json:"emulator_cpu_seconds,omitempty"`
+	// Path holds the path counters' increase during the window (SRTTMs as
+	// sampled at its end); nil when not measured.
+	Path *Path `json:"path,omitempty"`
 }
 
 // ErrInvalid is wrapped by every error Validate returns, so callers can tell

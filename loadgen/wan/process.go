@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -28,12 +29,37 @@ const (
 	// StoppedMessage is logged after the relay closed, with its final Stats
 	// in the "stats" attribute.
 	StoppedMessage = "pgquic wan stopped"
+	// StatsMessage is logged with the current Stats in the "stats"
+	// attribute whenever the process gets SIGUSR2 (Process.Snapshot).
+	StatsMessage = "pgquic wan stats"
 )
+
+// serveSnapshots logs StatsMessage with stats() at every SIGUSR2 until ctx
+// is done, so a parent can read the counters at a moment of its choosing
+// (the start of a measurement) without stopping the emulator.
+func serveSnapshots(ctx context.Context, logger *slog.Logger, stats func() Stats) {
+	ch := make(chan os.Signal, 1)
+	signal.Notify(ch, syscall.SIGUSR2)
+	go func() {
+		defer signal.Stop(ch)
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-ch:
+				logger.Info(StatsMessage, "stats", stats())
+			}
+		}
+	}()
+}
 
 // Run starts a relay, logs ReadyMessage, relays until ctx is done, closes the
 // relay and logs StoppedMessage with its counters. It is the body of
 // `pgquic wan`.
 func Run(ctx context.Context, cfg Config, logger *slog.Logger) error {
+	if cfg.Packet {
+		return runPacket(ctx, cfg, logger)
+	}
 	r, err := New(cfg, logger)
 	if err != nil {
 		return err
@@ -41,8 +67,9 @@ func Run(ctx context.Context, cfg Config, logger *slog.Logger) error {
 	if err := r.Start(ctx); err != nil {
 		return err
 	}
+	serveSnapshots(ctx, logger, r.Stats)
 	logger.Info(ReadyMessage, "listen", r.Addr(), "upstream", r.cfg.Upstream,
-		"rtt", r.cfg.RTT.String(), "jitter", r.cfg.Jitter.String(), "loss", r.cfg.Loss)
+		"rtt", r.cfg.RTT.String(), "jitter", r.cfg.Jitter.String(), "loss", r.cfg.Loss, "mode", ModeRelay)
 	<-ctx.Done()
 	_ = r.Close()
 	logger.Info(StoppedMessage, "stats", r.Stats())
@@ -71,13 +98,15 @@ type ProcessConfig struct {
 // apart from the client's and the pooler's: Go cannot attribute CPU time to
 // goroutines, but the kernel attributes it to processes.
 type Process struct {
-	cmd  *exec.Cmd
-	addr string
+	cmd   *exec.Cmd
+	addr  string
+	netns string
 
 	done     chan struct{} // closed once the child exited and was reaped
 	stopOnce sync.Once
 	mu       sync.Mutex
 	final    *Stats
+	snaps    chan Stats // StatsMessage lines, for Snapshot
 	lastLine string
 	waitErr  error
 }
@@ -106,17 +135,32 @@ func StartProcess(ctx context.Context, pc ProcessConfig, cfg Config) (*Process, 
 	if err != nil {
 		return nil, fmt.Errorf("wan: %w", err)
 	}
-	if err := cmd.Start(); err != nil {
+	p := &Process{cmd: cmd, done: make(chan struct{}), snaps: make(chan Stats, 1)}
+	// The kernel sends the parent-death signal when the thread that forked
+	// the child ends, not the process, and Go ends threads (those a
+	// goroutine left locked, as InNetns does). So the fork happens on a
+	// thread locked until the child is reaped.
+	started := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		err := cmd.Start()
+		started <- err
+		if err == nil {
+			<-p.done
+		}
+	}()
+	if err := <-started; err != nil {
 		return nil, fmt.Errorf("wan: start %s: %w", pc.Path, err)
 	}
-	p := &Process{cmd: cmd, done: make(chan struct{})}
-	ready := make(chan string, 1)
+	ready := make(chan logLine, 1)
 	go p.readLog(stderr, pc.Log, ready)
 
 	timer := time.NewTimer(pc.ReadyTimeout)
 	defer timer.Stop()
 	select {
-	case p.addr = <-ready:
+	case l := <-ready:
+		p.addr, p.netns = l.Listen, l.Netns
 		return p, nil
 	case <-p.done:
 		return nil, fmt.Errorf("wan: the relay process exited before it was ready: %w (last log line: %s)", p.waitErr, p.lastLine)
@@ -134,13 +178,14 @@ func StartProcess(ctx context.Context, pc ProcessConfig, cfg Config) (*Process, 
 type logLine struct {
 	Msg    string `json:"msg"`
 	Listen string `json:"listen"`
+	Netns  string `json:"netns"`
 	Stats  *Stats `json:"stats"`
 }
 
 // readLog copies the child's log to w, picks out the ready and stopped
 // lines, then reaps the child. It owns the child's lifetime: done closes
 // after Wait.
-func (p *Process) readLog(r io.Reader, w io.Writer, ready chan<- string) {
+func (p *Process) readLog(r io.Reader, w io.Writer, ready chan<- logLine) {
 	defer close(p.done)
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
@@ -154,13 +199,20 @@ func (p *Process) readLog(r io.Reader, w io.Writer, ready chan<- string) {
 			switch l.Msg {
 			case ReadyMessage:
 				select {
-				case ready <- l.Listen:
+				case ready <- l:
 				default:
 				}
 			case StoppedMessage:
 				p.mu.Lock()
 				p.final = l.Stats
 				p.mu.Unlock()
+			case StatsMessage:
+				if l.Stats != nil {
+					select {
+					case p.snaps <- *l.Stats:
+					default: // nobody asked: drop it
+					}
+				}
 			}
 		}
 		p.mu.Lock()
@@ -177,6 +229,10 @@ func (p *Process) readLog(r io.Reader, w io.Writer, ready chan<- string) {
 // Addr is the address the child relays from, for TCP and UDP alike.
 func (p *Process) Addr() string { return p.addr }
 
+// Netns names the client network namespace in packet mode ("" in relay
+// mode): clients must create their sockets there (InNetns) to reach Addr.
+func (p *Process) Netns() string { return p.netns }
+
 // Pid is the child's process ID.
 func (p *Process) Pid() int { return p.cmd.Process.Pid }
 
@@ -191,6 +247,28 @@ func (p *Process) CPU() (time.Duration, error) {
 	default:
 	}
 	return ProcCPU(p.cmd.Process.Pid)
+}
+
+// Snapshot asks the child for its counters now (SIGUSR2) and waits for them,
+// at most timeout.
+func (p *Process) Snapshot(timeout time.Duration) (Stats, error) {
+	select {
+	case <-p.snaps: // a stale answer
+	default:
+	}
+	if err := p.cmd.Process.Signal(syscall.SIGUSR2); err != nil {
+		return Stats{}, fmt.Errorf("wan: ask the relay process for its counters: %w", err)
+	}
+	timer := time.NewTimer(timeout)
+	defer timer.Stop()
+	select {
+	case st := <-p.snaps:
+		return st, nil
+	case <-p.done:
+		return Stats{}, errors.New("wan: the relay process exited before it answered")
+	case <-timer.C:
+		return Stats{}, fmt.Errorf("wan: no counters from the relay process within %v", timeout)
+	}
 }
 
 // Stop sends SIGTERM, waits for the child to exit (killing it after 30 s)

@@ -12,6 +12,8 @@ import (
 type Stats struct {
 	UDP UDPStats `json:"udp"`
 	TCP TCPStats `json:"tcp"`
+	// Packet holds packet mode's counters; nil in relay mode.
+	Packet *PacketStats `json:"packet,omitempty"`
 }
 
 // UDPStats counts datagrams.
@@ -160,4 +162,38 @@ func (c *counters) snapshot() Stats {
 			DialErrors: c.tcpDialErrors.Load(),
 		},
 	}
+}
+
+// PacketStats is what a packet-mode emulator counted, per direction ("up"
+// is client to server).
+type PacketStats struct {
+	Up   LinkStats `json:"up"`
+	Down LinkStats `json:"down"`
+	// TCPConns and UDPFlows count what the server-side relay carried to
+	// the upstream; DialErrors the TCP connections the upstream refused.
+	TCPConns   uint64 `json:"tcp_conns"`
+	UDPFlows   uint64 `json:"udp_flows"`
+	DialErrors uint64 `json:"dial_errors"`
+}
+
+// Since returns what was counted after base, an earlier snapshot of the
+// same emulator: every counter as the difference; the maxima stay as they
+// are (they cannot be split), so they may come from before base.
+func (s *PacketStats) Since(base *PacketStats) *PacketStats {
+	d := *s
+	d.Up, d.Down = s.Up.since(base.Up), s.Down.since(base.Down)
+	d.TCPConns -= min(d.TCPConns, base.TCPConns)
+	d.UDPFlows -= min(d.UDPFlows, base.UDPFlows)
+	d.DialErrors -= min(d.DialErrors, base.DialErrors)
+	return &d
+}
+
+func (l LinkStats) since(b LinkStats) LinkStats {
+	sub := func(a, b uint64) uint64 { return a - min(a, b) }
+	l.Received, l.Delivered, l.Bytes = sub(l.Received, b.Received), sub(l.Delivered, b.Delivered), sub(l.Bytes, b.Bytes)
+	l.Lost, l.BurstLost, l.QueueDrops = sub(l.Lost, b.Lost), sub(l.BurstLost, b.BurstLost), sub(l.QueueDrops, b.QueueDrops)
+	l.Reordered, l.WriteErrors = sub(l.Reordered, b.Reordered), sub(l.WriteErrors, b.WriteErrors)
+	l.QueueDelay.Total = max(l.QueueDelay.Total-b.QueueDelay.Total, 0)
+	l.Late.Total = max(l.Late.Total-b.Late.Total, 0)
+	return l
 }
