@@ -535,6 +535,11 @@ func (p *Pool) sweepIdle() {
 			reason = reasonIdle
 		case p.template.Load():
 			reason = reasonTemplate
+		case p.paused.Load():
+			// Pause (PAUSE, KILL) closed the idle connections while
+			// this one was out for its check: close it too, or it
+			// would come back idle and stay so until RESUME.
+			reason = reasonAdmin
 		}
 		p.sweepMu.Lock()
 		p.sweeping--
@@ -552,15 +557,23 @@ func (p *Pool) sweepIdle() {
 }
 
 // fillMin opens connections until the pool holds MinPool, none for a
-// template database. After a failure it
+// template database and none while paused, not even one whose opening
+// began before Pause. After a failure it
 // backs off exponentially (1s, 2s, 4s... up to 30s) and logs only the first
 // failure of a streak and the recovery.
 func (p *Pool) fillMin() {
 	if p.cfg.MinPool == 0 || p.paused.Load() || p.template.Load() || time.Now().Before(p.retryAt) {
 		return
 	}
-	for int(p.pp.Stat().TotalResources()) < p.cfg.MinPool {
+	for int(p.pp.Stat().TotalResources()) < p.cfg.MinPool && !p.paused.Load() {
 		err := p.pp.CreateResource(p.ctx)
+		if p.paused.Load() {
+			// Pause ran while the connection was being opened, after
+			// it had closed the idle ones or before this one was idle:
+			// close it, as Pause would have.
+			p.CloseIdle()
+			return
+		}
 		if err != nil {
 			if errors.Is(err, puddle.ErrClosedPool) || errors.Is(err, puddle.ErrNotAvailable) || p.ctx.Err() != nil {
 				return
