@@ -393,8 +393,11 @@ func TestWildcardPoolsStartEmptyAndDrain(t *testing.T) {
 	}
 	c.Release()
 	p.maintain()
-	if st := p.Stat(); st.Total != 1 {
-		t.Fatalf("after one client the wildcard pool holds %d connections, want the 1 it used (not topped up to min_pool)", st.Total)
+	// template1 is a template database, so the connection it used is
+	// closed on release (template.go), which may or may not have ended by
+	// now: what must not happen is a top-up to min_pool.
+	if st := p.Stat(); st.Total > 1 {
+		t.Fatalf("after one client the wildcard pool holds %d connections, want at most the 1 it used (not topped up to min_pool)", st.Total)
 	}
 
 	waitFor(t, time.Minute, "the idle template1 connection to close", func() bool { return backends("template1") == "0" })
