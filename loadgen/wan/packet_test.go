@@ -423,20 +423,7 @@ func TestPacketCPUPerPacket(t *testing.T) {
 	cpu0, _ := p.CPU()
 	errs := make(chan error, conns)
 	for _, c := range cs {
-		go func() {
-			buf := make([]byte, 100)
-			for range exchanges {
-				if _, err := c.Write(buf); err != nil {
-					errs <- err
-					return
-				}
-				if _, err := io.ReadFull(c, buf); err != nil {
-					errs <- err
-					return
-				}
-			}
-			errs <- nil
-		}()
+		go func() { errs <- exchange(c, exchanges) }()
 	}
 	for range conns {
 		if err := <-errs; err != nil {

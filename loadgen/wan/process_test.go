@@ -148,16 +148,8 @@ func TestCPUPerPacket(t *testing.T) {
 						return
 					}
 					defer c.Close()
-					buf := make([]byte, 100) // a small query and its answer
-					for range exchanges {
-						if _, err := c.Write(buf); err != nil {
-							errs <- err
-							return
-						}
-						if _, err := io.ReadFull(c, buf); err != nil {
-							errs <- err
-							return
-						}
+					if err := exchange(c, exchanges); err != nil {
+						errs <- err
 					}
 				})
 			}
@@ -219,4 +211,19 @@ func (l *lockedWriter) Write(p []byte) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.w.Write(p)
+}
+
+// exchange sends n small requests on c, each echoed back before the next
+// (a small query and its answer), and returns the first error.
+func exchange(c net.Conn, n int) error {
+	buf := make([]byte, 100)
+	for range n {
+		if _, err := c.Write(buf); err != nil {
+			return err
+		}
+		if _, err := io.ReadFull(c, buf); err != nil {
+			return err
+		}
+	}
+	return nil
 }
