@@ -190,7 +190,7 @@ func (s *session) noteSQL(a *attachment, info sqlInfo) {
 		// the change: prepare each again (closing the old one) at its next
 		// use, so a client's new statement of the same text cannot meet
 		// 0A000 "cached plan must not change result type".
-		a.st.dropStatements(false)
+		a.st.stmts.Drop(false)
 	}
 	if info.paramsAll || len(info.params) > 0 || len(info.resets) > 0 {
 		a.st.clientSet(info.params, info.paramsAll)

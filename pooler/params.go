@@ -119,7 +119,7 @@ func (s *session) reapplyParams(a *attachment) error {
 		return nil
 	}
 	s.push(a, entry{kind: eQuery, quiet: true})
-	a.st.unnamedOK = false // a simple Query destroys the unnamed statement
+	a.st.stmts.DropUnnamed() // a simple Query destroys the unnamed statement
 	return s.writeServer(a, s.reapply)
 }
 
@@ -196,7 +196,7 @@ func (s *session) syncParams(ctx context.Context, conn *backend.Conn) (pipelined
 		// cannot name: start from the defaults again.
 		q = "RESET ALL;" + q
 	}
-	st.unnamedOK = false // a simple Query destroys the unnamed statement
+	st.stmts.DropUnnamed() // a simple Query destroys the unnamed statement
 	if s.proven {
 		st.synced(s, setUnreported, resetUnreported)
 		return q, nil
@@ -584,7 +584,7 @@ func (s *session) followLocked(a *attachment) error {
 		q.snapshot = 0
 	}
 	s.push(a, entry{kind: eQuery, quiet: true, params: q})
-	a.st.unnamedOK = false // a simple Query destroys the unnamed statement
+	a.st.stmts.DropUnnamed() // a simple Query destroys the unnamed statement
 	return s.writeServer(a, appendQuery(nil, b.String()))
 }
 

@@ -121,11 +121,11 @@ func (s *session) push(a *attachment, e entry) {
 func (s *session) discard(a *attachment, e *entry) {
 	switch e.kind {
 	case eParse:
-		a.st.forget(e, s.id)
+		a.st.stmts.Forget(e.stmt, e.unnamed, s.id)
 	case eClose:
 		if e.injected && e.stmt != "" {
 			// An eviction the server skipped: the statement stays there.
-			a.st.maybe[e.stmt] = struct{}{}
+			a.st.stmts.MarkMaybe(e.stmt)
 		}
 	}
 	if e.clientName != "" && s.stmts[e.clientName] == e.cst {
@@ -308,11 +308,11 @@ func (s *session) riderLeftOpen(a *attachment, rd *rider) relayResult {
 func (s *session) statementError(a *attachment, e *entry, body []byte) {
 	switch code := errorCode(body); {
 	case code == pgproto.CodeDuplicatePStatement && e.kind == eParse:
-		a.st.remove(e.stmt)
-		a.st.maybe[e.stmt] = struct{}{}
+		a.st.stmts.Remove(e.stmt)
+		a.st.stmts.MarkMaybe(e.stmt)
 		e.stmt = "" // already handled: discard must not forget it again
 	case code == pgproto.CodeUndefinedPStatement && (e.kind == eBind || e.kind == eDescribe):
-		a.st.remove(e.stmt)
+		a.st.stmts.Remove(e.stmt)
 	}
 }
 

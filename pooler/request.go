@@ -466,7 +466,7 @@ func (s *session) interpretLocked(a *attachment, rd *rider, typ byte, body []byt
 		if head != nil && head.kind == eParse {
 			m.forward = m.forward && !head.injected
 			m.pop = true
-			a.st.confirm(head, s.id)
+			a.st.stmts.Confirm(head.stmt, head.unnamed, s.id)
 		}
 	case '2': // BindComplete
 		if head != nil && head.kind == eBind {

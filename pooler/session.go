@@ -295,7 +295,7 @@ func (s *session) serverRaiseLocked(a *attachment, pe *PGError, simple bool) err
 		f = append(f, syncMsg...)
 		s.push(a, entry{kind: eSync})
 	}
-	a.st.unnamedOK = false
+	a.st.stmts.DropUnnamed()
 	return s.writeServer(a, f)
 }
 

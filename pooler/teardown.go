@@ -164,7 +164,7 @@ func (s *session) close() {
 			// Idle, in a transaction, or in session mode: roll back (and
 			// reset) quietly; the relay returns the connection once the
 			// server says it is idle.
-			a.st.unnamedOK = false // simple queries destroy the unnamed statement
+			a.st.stmts.DropUnnamed() // simple queries destroy the unnamed statement
 			var q []byte
 			if a.skipping {
 				// The server ignores everything but Sync after an error
