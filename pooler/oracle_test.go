@@ -36,6 +36,7 @@ import (
 
 	"github.com/pgquic/pgquic/internal/pgtest"
 	"github.com/pgquic/pgquic/internal/sqllex"
+	"github.com/pgquic/pgquic/pooler/params"
 )
 
 // oracleStateSQL reads, on the session itself, everything a later client
@@ -177,7 +178,7 @@ var oracleAllow = []oracleCause{
 					}
 				case strings.HasPrefix(a, "setting "):
 					name, _, _ := strings.Cut(strings.TrimPrefix(a, "setting "), "=")
-					if !rep[strings.ToLower(name)] || !trackedReported[canonicalParam(name)] {
+					if !rep[strings.ToLower(name)] || !params.Reported(params.Canonical(name)) {
 						return false
 					}
 				default:

@@ -8,6 +8,7 @@ import (
 
 	"github.com/pgquic/pgquic/internal/pgproto"
 	"github.com/pgquic/pgquic/internal/sqllex"
+	"github.com/pgquic/pgquic/pooler/params"
 )
 
 // Pinning in transaction mode.
@@ -270,7 +271,7 @@ const probeColumns = 6
 func appendProbe(b []byte, login string) []byte {
 	id := "NOT (current_user OPERATOR(pg_catalog.=) session_user"
 	if login != "" {
-		id += " AND session_user OPERATOR(pg_catalog.=) " + quoteLiteral(login) + "::pg_catalog.name"
+		id += " AND session_user OPERATOR(pg_catalog.=) " + params.QuoteLiteral(login) + "::pg_catalog.name"
 	}
 	return appendQuery(b, probeSQL+", "+id+")")
 }

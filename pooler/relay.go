@@ -13,6 +13,7 @@ import (
 	"github.com/pgquic/pgquic/backend"
 	"github.com/pgquic/pgquic/internal/pgproto"
 	"github.com/pgquic/pgquic/internal/wire"
+	"github.com/pgquic/pgquic/pooler/params"
 )
 
 // entryKind is a client (or pooler) request whose reply the relay expects.
@@ -456,7 +457,7 @@ func (s *session) noteParameter(a *attachment, body []byte, quiet bool) {
 		// statement would run under an identity it did not choose.
 		s.identityReported(a)
 	}
-	if !quiet && trackedReported[ps.Name] && s.desired[ps.Name] != ps.Value {
+	if !quiet && params.Reported(ps.Name) && s.desired[ps.Name] != ps.Value {
 		s.desired[ps.Name] = ps.Value
 		s.paramKey = ""
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/pgquic/pgquic/backend"
 	"github.com/pgquic/pgquic/internal/front"
 	"github.com/pgquic/pgquic/internal/wire"
+	"github.com/pgquic/pgquic/pooler/params"
 )
 
 // session is one client session. Its owner goroutine (the one in Serve) reads
@@ -270,14 +271,14 @@ func (s *session) raise(err error, simple bool) error {
 // client waiting for ReadyForQuery. s.mu must be held.
 func (s *session) serverRaiseLocked(a *attachment, pe *PGError, simple bool) error {
 	clean := func(s string) string { return strings.ReplaceAll(s, "$pgquic$", "") }
-	sql := "DO $pgquic$BEGIN RAISE EXCEPTION USING ERRCODE = " + quoteLiteral(pe.Code) +
-		", MESSAGE = " + quoteLiteral(clean(pe.Message))
+	sql := "DO $pgquic$BEGIN RAISE EXCEPTION USING ERRCODE = " + params.QuoteLiteral(pe.Code) +
+		", MESSAGE = " + params.QuoteLiteral(clean(pe.Message))
 	if pe.Detail != "" {
-		sql += ", DETAIL = " + quoteLiteral(clean(pe.Detail))
+		sql += ", DETAIL = " + params.QuoteLiteral(clean(pe.Detail))
 	}
 	if pe.Hint != "" {
 		// The same hint as when the pooler answers itself.
-		sql += ", HINT = " + quoteLiteral(clean(pe.Hint))
+		sql += ", HINT = " + params.QuoteLiteral(clean(pe.Hint))
 	}
 	sql += "; END$pgquic$"
 	f := wire.AppendHeader(nil, 'P', 1+len(sql)+1+2)

@@ -12,6 +12,7 @@ import (
 	"github.com/pgquic/pgquic/internal/pgproto"
 	"github.com/pgquic/pgquic/internal/sqllex"
 	"github.com/pgquic/pgquic/internal/wire"
+	"github.com/pgquic/pgquic/pooler/params"
 	"github.com/pgquic/pgquic/pooler/stmtcache"
 )
 
@@ -176,7 +177,7 @@ func (s *session) rewriteDeallocate(a *attachment, rest []byte) ([]byte, error) 
 		return nil, err
 	}
 	s.dropClientStmt(arg)
-	out := append([]byte("DEALLOCATE "+quoteIdent(st.name)), 0)
+	out := append([]byte("DEALLOCATE "+params.QuoteIdent(st.name)), 0)
 	return append(out, tail...), nil
 }
 
