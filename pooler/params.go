@@ -94,48 +94,10 @@ func (s *session) syncParams(ctx context.Context, conn *backend.Conn) (pipelined
 		}
 		return "", nil
 	}
-	// set_config takes the value exactly as a startup packet would, which a
-	// SET literal does not for list parameters such as search_path.
-	var sets, resets strings.Builder
-	var setUnreported map[string]string
-	for k, v := range s.desired {
-		if params.Reported(k) {
-			if conn.Params[k] == v && !st.dirtyAll {
-				continue
-			}
-		} else {
-			if setUnreported == nil {
-				setUnreported = make(map[string]string)
-			}
-			setUnreported[k] = v
-		}
-		if sets.Len() == 0 {
-			sets.WriteString("SELECT ")
-		} else {
-			sets.WriteString(", ")
-		}
-		fmt.Fprintf(&sets, "pg_catalog.set_config(%s, %s, false)", params.QuoteLiteral(k), params.QuoteValue(v))
-	}
-	var resetUnreported []string
-	for k := range st.set {
-		if _, ok := s.desired[k]; !ok {
-			fmt.Fprintf(&resets, "RESET %s;", params.QuoteIdent(k))
-			resetUnreported = append(resetUnreported, k)
-		}
-	}
-	if sets.Len() == 0 && resets.Len() == 0 {
+	q, setUnreported, resetUnreported := s.syncQuery(conn, st)
+	if q == "" {
 		st.syncedKey = s.desiredKey()
 		return "", nil
-	}
-	q := sets.String()
-	if q != "" {
-		q += ";"
-	}
-	q += resets.String()
-	if st.dirtyAll {
-		// An earlier client ran RESET ALL or set_config of a parameter we
-		// cannot name: start from the defaults again.
-		q = "RESET ALL;" + q
 	}
 	st.stmts.DropUnnamed() // a simple Query destroys the unnamed statement
 	if s.proven {
@@ -161,6 +123,53 @@ func (s *session) syncParams(ctx context.Context, conn *backend.Conn) (pipelined
 	st.synced(s, setUnreported, resetUnreported)
 	s.proven = true
 	return "", nil
+}
+
+// syncQuery returns the query that brings conn's parameters (st) in line
+// with the client's, "" when they are already, and the unreported
+// parameters it sets and resets (for synced).
+func (s *session) syncQuery(conn *backend.Conn, st *serverState) (q string, setUnreported map[string]string, resetUnreported []string) {
+	// set_config takes the value exactly as a startup packet would, which a
+	// SET literal does not for list parameters such as search_path.
+	var sets, resets strings.Builder
+	for k, v := range s.desired {
+		if params.Reported(k) {
+			if conn.Params[k] == v && !st.dirtyAll {
+				continue
+			}
+		} else {
+			if setUnreported == nil {
+				setUnreported = make(map[string]string)
+			}
+			setUnreported[k] = v
+		}
+		if sets.Len() == 0 {
+			sets.WriteString("SELECT ")
+		} else {
+			sets.WriteString(", ")
+		}
+		fmt.Fprintf(&sets, "pg_catalog.set_config(%s, %s, false)", params.QuoteLiteral(k), params.QuoteValue(v))
+	}
+	for k := range st.set {
+		if _, ok := s.desired[k]; !ok {
+			fmt.Fprintf(&resets, "RESET %s;", params.QuoteIdent(k))
+			resetUnreported = append(resetUnreported, k)
+		}
+	}
+	if sets.Len() == 0 && resets.Len() == 0 {
+		return "", nil, nil
+	}
+	q = sets.String()
+	if q != "" {
+		q += ";"
+	}
+	q += resets.String()
+	if st.dirtyAll {
+		// An earlier client ran RESET ALL or set_config of a parameter we
+		// cannot name: start from the defaults again.
+		q = "RESET ALL;" + q
+	}
+	return q, setUnreported, resetUnreported
 }
 
 // synced records that s's parameters were set on the connection.

@@ -284,36 +284,7 @@ func (c *batchScan) msg(typ byte, body []byte) bool {
 		c.synced = true
 		return true
 	case 'P':
-		name, rest, ok := wire.CString(body)
-		if !ok {
-			return false
-		}
-		if len(name) == 0 && c.unnamed != nil && c.unnamed.key == string(rest) {
-			// The client's unnamed statement again, word for word: the
-			// handler reuses it (handleParse), and its classification.
-			c.unnamedOK, c.unnamedFP = c.unnamed.info.pipe, c.unnamed.info.fp
-			return c.unnamedOK
-		}
-		q, _, ok := wire.CString(rest)
-		if !ok {
-			return false
-		}
-		plain, fp := c.plainSQL(q)
-		if !plain {
-			return false
-		}
-		if len(name) == 0 {
-			c.unnamedOK, c.unnamedFP = true, fp
-			return true
-		}
-		if _, exists := c.stmts[string(name)]; exists {
-			return false // 42P05: let it fail alone
-		}
-		if c.parsed == nil {
-			c.parsed = make(map[string]uint64)
-		}
-		c.parsed[string(name)] = fp
-		return true
+		return c.parse(body)
 	case 'B':
 		_, rest, ok := wire.CString(body)
 		if !ok {
@@ -349,6 +320,41 @@ func (c *batchScan) msg(typ byte, body []byte) bool {
 	}
 	// Close, Flush, FunctionCall, COPY data, Terminate...: not here.
 	return false
+}
+
+// parse takes a Parse message of the request; false means the request
+// does not qualify.
+func (c *batchScan) parse(body []byte) bool {
+	name, rest, ok := wire.CString(body)
+	if !ok {
+		return false
+	}
+	if len(name) == 0 && c.unnamed != nil && c.unnamed.key == string(rest) {
+		// The client's unnamed statement again, word for word: the
+		// handler reuses it (handleParse), and its classification.
+		c.unnamedOK, c.unnamedFP = c.unnamed.info.pipe, c.unnamed.info.fp
+		return c.unnamedOK
+	}
+	q, _, ok := wire.CString(rest)
+	if !ok {
+		return false
+	}
+	plain, fp := c.plainSQL(q)
+	if !plain {
+		return false
+	}
+	if len(name) == 0 {
+		c.unnamedOK, c.unnamedFP = true, fp
+		return true
+	}
+	if _, exists := c.stmts[string(name)]; exists {
+		return false // 42P05: let it fail alone
+	}
+	if c.parsed == nil {
+		c.parsed = make(map[string]uint64)
+	}
+	c.parsed[string(name)] = fp
+	return true
 }
 
 // stmtFP returns the fingerprint of a statement the request binds or

@@ -230,38 +230,6 @@ func (s *session) handleParse(ctx context.Context) error {
 	if !ok || len(rest) < 3 {
 		return fatal(pgproto.CodeProtocolViolation, "invalid Parse message", nil)
 	}
-	if len(nameB) == 0 {
-		s.mu.Lock()
-		s.pipeTyp, s.pipeBody, s.pipeText = 'P', body, lexedText{}
-		a, err := s.attachLocked(ctx)
-		if err != nil {
-			s.mu.Unlock()
-			return s.raise(err, false)
-		}
-		if rest, err = s.rewriteDeallocate(a, rest); err != nil {
-			s.mu.Unlock()
-			return err
-		}
-		lexed := s.pipeText
-		s.pipeText = lexedText{}
-		u := s.unnamed
-		if u != nil && string(rest) == u.key && a.pending() == 0 && (a.replay == nil || a.replay.stmt != u) {
-			// The same text as the client's last unnamed statement, which
-			// nothing else refers to any more (no reply pending, no retry
-			// log): reuse its frame and classification, as a fresh one
-			// would be, instead of building and lexing them again.
-			u.used, u.gen = false, 0
-		} else {
-			u = newStmt("", rest, &lexed)
-			s.unnamed = u
-		}
-		a.st.stmts.WroteUnnamed(u.key, s.id) // before push, which forgets it if the server will skip it
-		s.push(a, entry{kind: eParse, unnamed: true})
-		err = s.writeServer(a, u.parse)
-		s.mu.Unlock()
-		return err
-	}
-	name := string(nameB)
 	s.mu.Lock()
 	s.pipeTyp, s.pipeBody, s.pipeText = 'P', body, lexedText{}
 	a, err := s.attachLocked(ctx)
@@ -269,21 +237,71 @@ func (s *session) handleParse(ctx context.Context) error {
 		s.mu.Unlock()
 		return s.raise(err, false)
 	}
-	if _, exists := s.stmts[name]; exists {
+	if len(nameB) == 0 {
+		err = s.parseUnnamedLocked(a, rest)
 		s.mu.Unlock()
-		return s.raise(pgerr(pgproto.CodeDuplicatePStatement, fmt.Sprintf("prepared statement %q already exists", name), nil), false)
+		return err
+	}
+	name := string(nameB)
+	if pe := s.parseRefusalLocked(name, rest); pe != nil {
+		s.mu.Unlock()
+		return s.raise(pe, false)
+	}
+	err = s.parseNamedLocked(a, name, rest)
+	s.mu.Unlock()
+	return err
+}
+
+// parseUnnamedLocked forwards a Parse of the unnamed statement whose text
+// and parameter types are rest. s.mu must be held.
+func (s *session) parseUnnamedLocked(a *attachment, rest []byte) error {
+	rest, err := s.rewriteDeallocate(a, rest)
+	if err != nil {
+		return err
+	}
+	lexed := s.pipeText
+	s.pipeText = lexedText{}
+	u := s.unnamed
+	if u != nil && string(rest) == u.key && a.pending() == 0 && (a.replay == nil || a.replay.stmt != u) {
+		// The same text as the client's last unnamed statement, which
+		// nothing else refers to any more (no reply pending, no retry
+		// log): reuse its frame and classification, as a fresh one
+		// would be, instead of building and lexing them again.
+		u.used, u.gen = false, 0
+	} else {
+		u = newStmt("", rest, &lexed)
+		s.unnamed = u
+	}
+	a.st.stmts.WroteUnnamed(u.key, s.id) // before push, which forgets it if the server will skip it
+	s.push(a, entry{kind: eParse, unnamed: true})
+	return s.writeServer(a, u.parse)
+}
+
+// parseRefusalLocked returns the error a Parse of the named statement
+// name with text rest gets before anything is sent: 42P05 for a name the
+// client has already, 53400 beyond ClientStatementLimit or
+// ClientStatementBytes; nil when the Parse may go on. s.mu must be held.
+func (s *session) parseRefusalLocked(name string, rest []byte) *PGError {
+	if _, exists := s.stmts[name]; exists {
+		return pgerr(pgproto.CodeDuplicatePStatement, fmt.Sprintf("prepared statement %q already exists", name), nil)
 	}
 	if len(s.stmts) >= s.p.cfg.ClientStatementLimit {
-		s.mu.Unlock()
-		return s.raise(pgerr(pgproto.CodeInsufficientResource,
-			fmt.Sprintf("too many prepared statements (limit %d per client)", s.p.cfg.ClientStatementLimit), nil), false)
+		return pgerr(pgproto.CodeInsufficientResource,
+			fmt.Sprintf("too many prepared statements (limit %d per client)", s.p.cfg.ClientStatementLimit), nil)
 	}
 	if s.stmtBytes+len(rest) > s.p.cfg.ClientStatementBytes {
-		s.mu.Unlock()
-		return s.raise(pgerr(pgproto.CodeInsufficientResource,
-			fmt.Sprintf("prepared statements too large (limit %d bytes of statement text per client)", s.p.cfg.ClientStatementBytes), nil), false)
+		return pgerr(pgproto.CodeInsufficientResource,
+			fmt.Sprintf("prepared statements too large (limit %d bytes of statement text per client)", s.p.cfg.ClientStatementBytes), nil)
 	}
-	defer s.mu.Unlock()
+	return nil
+}
+
+// parseNamedLocked prepares the client's statement name, with text and
+// parameter types rest, under its server name: answered by the pooler when
+// a's server holds it already, otherwise forwarded (after closing a name
+// the server may hold for something else, and evicting what the cache
+// has no room for). s.mu must be held.
+func (s *session) parseNamedLocked(a *attachment, name string, rest []byte) error {
 	lexed := s.pipeText
 	s.pipeText = lexedText{}
 	st := newStmt(serverStmtName(rest), rest, &lexed)
