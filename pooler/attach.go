@@ -10,6 +10,7 @@ import (
 
 	"github.com/pgquic/pgquic/backend"
 	"github.com/pgquic/pgquic/internal/pgproto"
+	"github.com/pgquic/pgquic/pooler/lanes"
 )
 
 // Lending a server connection to a session: the attachment (see relay.go)
@@ -29,7 +30,7 @@ func (s *session) currentLocked() *attachment {
 
 // releaseConn gives back a connection borrowed by connect that the session
 // will not use after all.
-func (s *session) releaseConn(conn *backend.Conn, rd *rider, destroy bool) {
+func (s *session) releaseConn(conn *backend.Conn, rd *lanes.Rider, destroy bool) {
 	if rd == nil {
 		if destroy {
 			conn.Destroy()
@@ -38,16 +39,10 @@ func (s *session) releaseConn(conn *backend.Conn, rd *rider, destroy bool) {
 		}
 		return
 	}
-	if rd.stLocked {
-		rd.stLocked = false
-		rd.l.stMu.Unlock()
-	}
-	rd.l.lp.doneWriting(rd, s.p.laneLimits())
-	if !rd.myTurn {
-		<-rd.turn
-		rd.myTurn = true
-	}
-	s.p.leave(rd, destroy)
+	rd.EndWrite()
+	rd.DoneWriting(s.p.laneLimits())
+	rd.TakeTurn()
+	rd.Leave(destroy, s.p.laneLimits())
 }
 
 // startRelayLocked starts the relay goroutine for a. s.mu must be held.
@@ -61,13 +56,13 @@ func (s *session) startRelayLocked(a *attachment) {
 // request that may share one (b.ok) takes a free connection as the first
 // of a lane, or, when none is free, a place on a busy connection's lane; the
 // rider is returned with the connection.
-func (s *session) acquireConn(ctx context.Context, b pipeBatch) (*backend.Conn, *rider, error) {
+func (s *session) acquireConn(ctx context.Context, b pipeBatch) (*backend.Conn, *lanes.Rider, error) {
 	if s.p.gate.on.Load() && s.listed.Load() { // PAUSE or KILL holds some database (pause.go)
 		if err := s.waitGate(ctx); err != nil {
 			return nil, nil, err
 		}
 	}
-	var lp *lanePool
+	var lp *lanes.Pool
 	if s.p.cfg.PipelineDepth > 1 && s.p.cfg.Mode == ModeTransaction {
 		lp = lanesOf(s.pool)
 	}
@@ -77,14 +72,14 @@ func (s *session) acquireConn(ctx context.Context, b pipeBatch) (*backend.Conn, 
 	if conn, err := s.pool.TryAcquire(ctx); err == nil {
 		s.p.m.waitSeconds.Observe(0)
 		if b.ok {
-			return conn, lanesOf(conn.Pool()).lead(conn, s.newRider(b), b.key), nil
+			return conn, lead(conn, s.newRider(b), b.key), nil
 		}
 		return conn, nil, nil
 	}
 	if b.ok && s.pool.Full() {
-		if rd := lp.join(s.newRider(b), b.key, s.p.laneLimits()); rd != nil {
+		if rd := lp.Join(s.newRider(b), b.key, s.p.laneLimits()); rd != nil {
 			s.p.m.waitSeconds.Observe(0)
-			return rd.l.conn, rd, nil
+			return rd.Lane().Conn(), rd, nil
 		}
 	}
 	conn, rd, err := s.waitConn(ctx, lp, b)
@@ -92,7 +87,7 @@ func (s *session) acquireConn(ctx context.Context, b pipeBatch) (*backend.Conn, 
 		return nil, nil, err
 	}
 	if b.ok && rd == nil {
-		rd = lanesOf(conn.Pool()).lead(conn, s.newRider(b), b.key)
+		rd = lead(conn, s.newRider(b), b.key)
 	}
 	return conn, rd, nil
 }
@@ -101,7 +96,7 @@ func (s *session) acquireConn(ctx context.Context, b pipeBatch) (*backend.Conn, 
 // is free at once: bounded by AcquireTimeout, cancelled by a
 // CancelRequest (cancelWait) or a vanished client, and counted as waiting
 // meanwhile (Clients, the watcher).
-func (s *session) waitConn(ctx context.Context, lp *lanePool, b pipeBatch) (*backend.Conn, *rider, error) {
+func (s *session) waitConn(ctx context.Context, lp *lanes.Pool, b pipeBatch) (*backend.Conn, *lanes.Rider, error) {
 	start := time.Now()
 	tctx, cancel := context.WithTimeout(ctx, s.p.timeout(&s.p.tmo.acquire))
 	defer cancel()
@@ -142,32 +137,32 @@ func (s *session) waitConn(ctx context.Context, lp *lanePool, b pipeBatch) (*bac
 // waitConnOrLane waits for whichever comes first: a place on a busy
 // connection's lane (a request that may share one, on a full pool) or a
 // connection of the session's own.
-func (s *session) waitConnOrLane(actx context.Context, lp *lanePool, b pipeBatch, cancelWait context.CancelCauseFunc) (*backend.Conn, *rider, error) {
+func (s *session) waitConnOrLane(actx context.Context, lp *lanes.Pool, b pipeBatch, cancelWait context.CancelCauseFunc) (*backend.Conn, *lanes.Rider, error) {
 	var conn *backend.Conn
-	var rd *rider
+	var rd *lanes.Rider
 	var err error
 	if b.ok && s.pool.Full() {
 		rd, conn, err = s.waitOnLanes(actx, lp, b)
 	}
 	if rd == nil && err == nil {
-		var w *laneWaiter
+		var w *lanes.Waiter
 		switch {
 		case b.ok:
-			w = lp.wait(s.newRider(b), b.key, cancelWait)
+			w = lp.Wait(s.newRider(b), b.key, cancelWait)
 		case lp != nil:
-			lp.waitExclusive(1)
+			lp.WaitExclusive(1)
 		}
 		conn, err = s.pool.Acquire(actx)
 		switch {
 		case w != nil:
-			if rd = lp.unwait(w); rd != nil {
+			if rd = lp.Unwait(w); rd != nil {
 				if err == nil {
 					conn.Release() // the place on the lane came first
 				}
-				conn, err = rd.l.conn, nil
+				conn, err = rd.Lane().Conn(), nil
 			}
 		case lp != nil:
-			lp.waitExclusive(-1)
+			lp.WaitExclusive(-1)
 		}
 	}
 	return conn, rd, err
@@ -207,11 +202,7 @@ func (s *session) acquireError(ctx, actx context.Context, err error) error {
 // startAttachmentLocked makes conn the session's server connection and, in
 // session mode, starts its relay. s.mu must be held.
 func (s *session) startAttachmentLocked(conn *backend.Conn) *attachment {
-	st, _ := conn.State.(*serverState)
-	if st == nil {
-		st = newServerState()
-		conn.State = st
-	}
+	st := stateOf(conn)
 	a := s.att
 	if a != nil && a.released && !a.relaying {
 		// Reuse the previous transaction's attachment (and its queue's

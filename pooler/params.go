@@ -73,11 +73,7 @@ func (s *session) reapplyParams(a *attachment) error {
 // for the caller to pipeline ahead of the client's message (a failure is
 // then only logged, see paramQueryDone).
 func (s *session) syncParams(ctx context.Context, conn *backend.Conn) (pipelined string, err error) {
-	st, _ := conn.State.(*serverState)
-	if st == nil {
-		st = newServerState()
-		conn.State = st
-	}
+	st := stateOf(conn)
 	if s.lastBorrower(st) {
 		// Nothing but this session touched the connection since it last
 		// synced it, and the session used no other one meanwhile: what is

@@ -13,6 +13,7 @@ import (
 	"github.com/pgquic/pgquic/backend"
 	"github.com/pgquic/pgquic/internal/pgproto"
 	"github.com/pgquic/pgquic/internal/wire"
+	"github.com/pgquic/pgquic/pooler/lanes"
 	"github.com/pgquic/pgquic/pooler/params"
 )
 
@@ -85,7 +86,7 @@ type attachment struct {
 	done       chan struct{}
 
 	cancels *cancelGroup // cancels forwarded to this connection (see cancel.go)
-	rider   *rider       // the request shares the connection with other clients' (pipeline.go); owner-only
+	rider   *lanes.Rider // the request shares the connection with other clients' (pipeline.go); owner-only
 
 	replay      *replayLog // the current pipeline as recorded for a retry, or nil (stale.go)
 	heldT       []byte     // ParameterDescription of a Describe that may yet be retried (stale.go)
@@ -202,13 +203,13 @@ func (s *session) notificationLocked(a *attachment, m *reply) {
 // statement's error may be swallowed for a retry (stale.go), the statement
 // cache is corrected, and the entries the server will now skip until Sync
 // are dropped. s.mu must be held.
-func (s *session) serverErrorLocked(a *attachment, rd *rider, m *reply) {
+func (s *session) serverErrorLocked(a *attachment, rd *lanes.Rider, m *reply) {
 	head, quiet := m.head, m.quiet
 	if head != nil && head.params != nil {
 		head.params.failed = true
 	}
 	if rd != nil && !quiet && errorCode(m.body) == pgproto.CodeQueryCanceled &&
-		string(errorField(m.body, 'M')) == "canceling statement due to user request" && rd.l.lp.hitByOthers(rd) {
+		string(errorField(m.body, 'M')) == "canceling statement due to user request" && rd.HitByOthers() {
 		m.body = errOthersCancel.encode(nil)[wire.HeaderLen:]
 	}
 	if !quiet {
@@ -288,15 +289,15 @@ func (s *session) discardToSync(a *attachment) {
 // with others behind it, whose requests would run inside this
 // transaction, the connection is closed (rolling everything back) and
 // every client on it is told.
-func (s *session) riderLeftOpen(a *attachment, rd *rider) relayResult {
-	if rd.l.lp.detach(rd) {
+func (s *session) riderLeftOpen(a *attachment, rd *lanes.Rider) relayResult {
+	if rd.Detach() {
 		s.mu.Lock()
 		a.rider = nil
 		s.mu.Unlock()
 		return relayWaiting
 	}
 	s.log.Error("a pipelined request left a transaction open; closing the shared server connection")
-	rd.l.lp.fail(rd, errLeftOpen)
+	rd.Fail(errLeftOpen)
 	s.serverLost(a, errLeftOpen)
 	return relayLost
 }
@@ -413,7 +414,7 @@ func (s *session) serverLost(a *attachment, err error) {
 	s.wmu.Lock()
 	s.wmu.Unlock() //nolint:staticcheck // waits for the owner's in-flight flush
 	if rd := a.rider; rd != nil {
-		rd.l.lp.fail(rd, errors.Join(ErrServerLost, err)) // every client on the connection
+		rd.Fail(errors.Join(ErrServerLost, err)) // every client on the connection
 	}
 	a.conn.Destroy()
 	s.closeClient()

@@ -9,6 +9,7 @@ import (
 	"github.com/pgquic/pgquic/backend"
 	"github.com/pgquic/pgquic/internal/pgproto"
 	"github.com/pgquic/pgquic/internal/wire"
+	"github.com/pgquic/pgquic/pooler/lanes"
 )
 
 // The per-request path, top to bottom. The owner goroutine runs it for
@@ -215,7 +216,7 @@ func (s *session) attachLocked(ctx context.Context) (*attachment, error) {
 	}
 	a := s.startAttachmentLocked(conn)
 	a.rider = rd
-	if rd != nil && rd.joined {
+	if rd != nil && rd.Joined() {
 		s.p.m.pipelined.Inc()
 	} else {
 		// Nobody else's request is on the connection: no reply is owed.
@@ -241,7 +242,7 @@ func (s *session) attachLocked(ctx context.Context) (*attachment, error) {
 // A request that may share a server connection (b.ok, see pipeline.go) is
 // returned with its rider, which holds the connection's state lock until
 // the request is written.
-func (s *session) connect(ctx context.Context, b pipeBatch) (*backend.Conn, *rider, string, error) {
+func (s *session) connect(ctx context.Context, b pipeBatch) (*backend.Conn, *lanes.Rider, string, error) {
 	if err := s.flushClient(); err != nil { // a previous relay may still hold bytes
 		return nil, nil, "", err
 	}
@@ -250,7 +251,7 @@ func (s *session) connect(ctx context.Context, b pipeBatch) (*backend.Conn, *rid
 		if err != nil {
 			return nil, nil, "", err
 		}
-		if rd != nil && rd.joined && !s.riderSynced(rd) {
+		if rd != nil && rd.Joined() && !s.riderSynced(rd) {
 			// The connection's parameters are not the client's after
 			// all: step back and wait for a connection of its own.
 			s.releaseConn(conn, rd, false)
@@ -267,10 +268,8 @@ func (s *session) connect(ctx context.Context, b pipeBatch) (*backend.Conn, *rid
 			}
 			return nil, nil, "", err
 		}
-		if rd != nil && !rd.joined {
-			rd.l.lp.mu.Lock()
-			rd.l.key = s.desiredKey() // in the server's spelling now
-			rd.l.lp.mu.Unlock()
+		if rd != nil && !rd.Joined() {
+			rd.Lane().SetKey(s.desiredKey()) // in the server's spelling now
 		}
 		return conn, rd, sync, nil
 	}
@@ -350,7 +349,7 @@ func (s *session) relay(a *attachment) {
 // back to the pool.
 func (s *session) relayOne(a *attachment) relayResult {
 	rd := a.rider
-	if rd != nil && !rd.myTurn {
+	if rd != nil && !rd.MyTurn() {
 		// Other clients' replies come first on a shared connection.
 		if err := s.awaitTurn(a, rd); err != nil {
 			s.serverLost(a, err)
@@ -431,9 +430,9 @@ type restAction uint8
 // body read. On a shared connection the connection's statement cache and
 // parameters are shared with the rider writing behind us, so its state
 // lock is taken around s.mu.
-func (s *session) relayMessage(a *attachment, rd *rider, typ byte, body []byte) relayResult {
+func (s *session) relayMessage(a *attachment, rd *lanes.Rider, typ byte, body []byte) relayResult {
 	if rd != nil {
-		rd.l.stMu.Lock()
+		rd.Lane().LockState()
 	}
 	s.mu.Lock()
 	m := s.interpretLocked(a, rd, typ, body)
@@ -441,7 +440,7 @@ func (s *session) relayMessage(a *attachment, rd *rider, typ byte, body []byte) 
 	rest := s.atRestLocked(a, rd, &m)
 	s.mu.Unlock()
 	if rd != nil {
-		rd.l.stMu.Unlock()
+		rd.Lane().UnlockState()
 	}
 	switch rest {
 	case restLeftOpen:
@@ -457,7 +456,7 @@ func (s *session) relayMessage(a *attachment, rd *rider, typ byte, body []byte) 
 // the queue: whether it ends that entry, whether the client sees it, and
 // what it confirms (a prepared statement, a parameter, the transaction
 // status). s.mu must be held.
-func (s *session) interpretLocked(a *attachment, rd *rider, typ byte, body []byte) reply {
+func (s *session) interpretLocked(a *attachment, rd *lanes.Rider, typ byte, body []byte) reply {
 	head := a.front()
 	quiet := head != nil && head.quiet
 	m := reply{typ: typ, body: body, head: head, quiet: quiet, forward: !quiet, result: relayMore}
@@ -549,7 +548,7 @@ func (s *session) deliverLocked(a *attachment, m *reply) {
 // transaction is handled by riderLeftOpen, a releasable one is marked
 // released for finishRelease, and any other waits for the client. s.mu
 // must be held.
-func (s *session) atRestLocked(a *attachment, rd *rider, m *reply) restAction {
+func (s *session) atRestLocked(a *attachment, rd *lanes.Rider, m *reply) restAction {
 	if m.typ != 'Z' || a.pending() != 0 {
 		return restNone
 	}
@@ -605,7 +604,7 @@ func (s *session) finishRelease(a *attachment) {
 	}
 	switch {
 	case a.rider != nil:
-		s.p.leave(a.rider, destroy) // the next client's replies, or back to the pool
+		a.rider.Leave(destroy, s.p.laneLimits()) // the next client's replies, or back to the pool
 	case destroy:
 		a.conn.Destroy()
 	default:

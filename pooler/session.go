@@ -15,6 +15,7 @@ import (
 	"github.com/pgquic/pgquic/backend"
 	"github.com/pgquic/pgquic/internal/front"
 	"github.com/pgquic/pgquic/internal/wire"
+	"github.com/pgquic/pgquic/pooler/lanes"
 	"github.com/pgquic/pgquic/pooler/params"
 )
 
@@ -72,7 +73,7 @@ type session struct {
 	pipeTyp       byte        // the message a server connection is wanted for, for pipelineCheckLocked; 0 when none
 	pipeBody      []byte      // its body
 	pipeText      lexedText   // what the lexer found in that message's statement text, when someone looked already
-	rider         rider       // memory for the session's request on a shared server connection (pipeline.go)
+	rider         lanes.Rider // memory for the session's request on a shared server connection (pipeline.go)
 
 	cwMu sync.Mutex
 	cw   *bufio.Writer        // nil while idle (see flushClient)

@@ -149,7 +149,7 @@ func (s *session) armReplay(a *attachment, st *stmt) {
 	if a.relaying || a.skipping || a.status != 'I' || a.begun || s.p.cfg.Mode != ModeTransaction {
 		return
 	}
-	if rd := a.rider; rd != nil && !rd.l.lp.solo(rd) {
+	if rd := a.rider; rd != nil && !rd.Solo() {
 		// Behind other clients' requests a retry would run after
 		// theirs: the client gets the error once.
 		return

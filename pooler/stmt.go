@@ -9,9 +9,11 @@ import (
 	"strings"
 	"unsafe"
 
+	"github.com/pgquic/pgquic/backend"
 	"github.com/pgquic/pgquic/internal/pgproto"
 	"github.com/pgquic/pgquic/internal/sqllex"
 	"github.com/pgquic/pgquic/internal/wire"
+	"github.com/pgquic/pgquic/pooler/lanes"
 	"github.com/pgquic/pgquic/pooler/params"
 	"github.com/pgquic/pgquic/pooler/stmtcache"
 )
@@ -104,11 +106,21 @@ type serverState struct {
 	lastUser  uint64 // session that last borrowed the connection (see reapplyParams)
 	dirtyAll  bool   // a client ran RESET ALL or set_config of an unknown parameter
 
-	lane *lane // the clients' requests sharing the connection (pipeline.go)
+	lane *lanes.Lane // the clients' requests sharing the connection (pipeline.go)
 }
 
 func newServerState() *serverState {
 	return &serverState{set: make(map[string]string)}
+}
+
+// stateOf returns conn's serverState, made the first time it is asked for.
+func stateOf(conn *backend.Conn) *serverState {
+	st, _ := conn.State.(*serverState)
+	if st == nil {
+		st = newServerState()
+		conn.State = st
+	}
+	return st
 }
 
 // settle forgets the bookkeeping of replies still owed, for a connection

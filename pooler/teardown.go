@@ -88,16 +88,15 @@ func (s *session) closeRiderLocked(a *attachment) bool {
 	rd := a.rider
 	a.clientGone.Store(true)
 	a.closing = true
-	if rd.stLocked {
+	if rd.Writing() {
 		if n := len(a.queue); !s.killed && a.pending() > 0 && a.queue[n-1].kind != eSync && a.queue[n-1].kind != eQuery {
 			s.abortWriteLocked(a)
 		}
 		if err := a.conn.W.Flush(); err != nil {
 			_ = a.conn.NetConn().Close() // the reader finds out and fails the lane
 		}
-		rd.stLocked = false
-		rd.l.stMu.Unlock()
-		rd.l.lp.doneWriting(rd, s.p.laneLimits())
+		rd.EndWrite()
+		rd.DoneWriting(s.p.laneLimits())
 	}
 	if s.killed {
 		return false
