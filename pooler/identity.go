@@ -103,11 +103,8 @@ func inspectSQL(sql []byte) sqlInfo {
 	}
 	open := false
 	for st := range sqllex.Statements(text) {
-		switch {
-		case st.Flags&sqllex.Begin != 0:
-			open = true
-		case st.Flags&(sqllex.Commit|sqllex.Rollback|sqllex.PrepareTransaction) != 0:
-			open = st.Flags&sqllex.Chain != 0
+		var ends bool
+		if open, ends = pinning.Block(open, st.Flags); ends {
 			info.ends = true
 		}
 		if st.Flags&identityChange != 0 {

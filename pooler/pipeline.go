@@ -183,6 +183,18 @@ func (c *batchScan) plainSQL(q []byte) (bool, uint64) {
 	return true, fp
 }
 
+// plainText reads the NUL-terminated statement text at the start of b
+// (a Query's, or a Parse's after the name) and reports whether it is
+// well formed and plain, with its fingerprint.
+func (c *batchScan) plainText(b []byte) (uint64, bool) {
+	q, _, ok := wire.CString(b)
+	if !ok {
+		return 0, false
+	}
+	plain, fp := c.plainSQL(q)
+	return fp, plain
+}
+
 // mix adds a statement's fingerprint to the request's.
 func (c *batchScan) mix(fp uint64) {
 	c.fp = (c.fp^fp)*1099511628211 + 1
@@ -192,12 +204,8 @@ func (c *batchScan) mix(fp uint64) {
 func (c *batchScan) msg(typ byte, body []byte) bool {
 	switch typ {
 	case 'Q':
-		q, _, ok := wire.CString(body)
+		fp, ok := c.plainText(body)
 		if !ok {
-			return false
-		}
-		plain, fp := c.plainSQL(q)
-		if !plain {
 			return false
 		}
 		c.mix(fp)
@@ -255,12 +263,8 @@ func (c *batchScan) parse(body []byte) bool {
 		c.unnamedOK, c.unnamedFP = c.unnamed.info.pipe, c.unnamed.info.fp
 		return c.unnamedOK
 	}
-	q, _, ok := wire.CString(rest)
+	fp, ok := c.plainText(rest)
 	if !ok {
-		return false
-	}
-	plain, fp := c.plainSQL(q)
-	if !plain {
 		return false
 	}
 	if len(name) == 0 {

@@ -68,17 +68,27 @@ func Read(sql string, sum sqllex.Flags) Info {
 	}
 	open := false
 	for st := range sqllex.Statements(sql) {
-		switch {
-		case st.Flags&sqllex.Begin != 0:
-			open = true
-		case st.Flags&(sqllex.Commit|sqllex.Rollback|sqllex.PrepareTransaction) != 0:
-			open = st.Flags&sqllex.Chain != 0
-		}
+		open, _ = Block(open, st.Flags)
 		if st.Flags.Holds() != 0 && !open {
 			in.Outside = true
 		}
 	}
 	return in
+}
+
+// Block follows the transaction block through a text's statements: given
+// whether a block was open before a statement with flags f, it returns
+// whether one is open after it, and whether the statement ended one
+// (COMMIT, ROLLBACK or PREPARE TRANSACTION; with AND CHAIN the next block
+// is open at once). What is outside a block is what a pin outlives.
+func Block(open bool, f sqllex.Flags) (after, ends bool) {
+	switch {
+	case f&sqllex.Begin != 0:
+		return true, false
+	case f&(sqllex.Commit|sqllex.Rollback|sqllex.PrepareTransaction) != 0:
+		return f&sqllex.Chain != 0, true
+	}
+	return open, false
 }
 
 // probeSQL asks the server which unmovable state the session holds, one

@@ -50,6 +50,32 @@ func TestRead(t *testing.T) {
 	}
 }
 
+// TestBlock follows the transaction block through BEGIN, COMMIT AND
+// CHAIN, ROLLBACK and a plain statement.
+func TestBlock(t *testing.T) {
+	open := false
+	for _, tc := range []struct {
+		sql        string
+		open, ends bool
+	}{
+		{"SELECT 1", false, false},
+		{"BEGIN", true, false},
+		{"SELECT 1", true, false},
+		{"COMMIT AND CHAIN", true, true},
+		{"ROLLBACK", false, true},
+		{"COMMIT", false, true},
+	} {
+		var f sqllex.Flags
+		for st := range sqllex.Statements(tc.sql) {
+			f |= st.Flags
+		}
+		var ends bool
+		if open, ends = Block(open, f); open != tc.open || ends != tc.ends {
+			t.Errorf("after %q: open %v ends %v, want %v %v", tc.sql, open, ends, tc.open, tc.ends)
+		}
+	}
+}
+
 // row builds a DataRow body of text columns; nil is NULL.
 func row(cols ...[]byte) []byte {
 	b := binary.BigEndian.AppendUint16(nil, uint16(len(cols)))
