@@ -10,6 +10,7 @@ import (
 
 	"github.com/pgquic/pgquic/backend"
 	"github.com/pgquic/pgquic/internal/pgproto"
+	"github.com/pgquic/pgquic/pooler/lanes"
 )
 
 // Lending a server connection to a session: the attachment (see relay.go)
@@ -27,96 +28,9 @@ func (s *session) currentLocked() *attachment {
 	return nil
 }
 
-// attachLocked returns the live attachment, acquiring a server connection
-// first when none is attached. s.mu must be held. Acquiring waits on the
-// pool and on the server (parameter sync), so attachLocked releases s.mu
-// for that while and takes it again before it returns, on success and on
-// error alike: the caller unlocks, as it locked.
-//
-// The handler of a message that may begin a request sets s.pipeTyp and
-// s.pipeBody first, so the request can be considered for pipelining.
-func (s *session) attachLocked(ctx context.Context) (*attachment, error) {
-	typ, body := s.pipeTyp, s.pipeBody
-	s.pipeTyp, s.pipeBody = 0, nil
-	if a := s.currentLocked(); a != nil {
-		return a, nil
-	}
-	if s.draining {
-		return nil, fatal(pgproto.CodeAdminShutdown, "the pooler is shutting down", ErrShuttingDown)
-	}
-	b := s.pipelineCheckLocked(typ, body) // may fill s.pipeText for the handler
-	s.mu.Unlock()
-	conn, rd, sync, err := s.connect(ctx, b)
-	s.mu.Lock()
-	if err != nil {
-		return nil, err
-	}
-	a := s.startAttachmentLocked(conn)
-	a.rider = rd
-	if rd != nil && rd.joined {
-		s.p.m.pipelined.Inc()
-	} else {
-		// Nobody else's request is on the connection: no reply is owed.
-		a.st.settle()
-	}
-	if sync != "" {
-		// The client's parameters, pipelined ahead of its message.
-		s.push(a, entry{kind: eQuery, quiet: true, params: &paramQuery{sync: true}})
-		a.st.syncPend++ // riders behind rely on them only once answered (riderSynced)
-		return a, s.writeServer(a, appendQuery(nil, sync))
-	}
-	if err := s.reapplyParams(a); err != nil {
-		return nil, err
-	}
-	return a, nil
-}
-
-// connect borrows a server connection and brings its parameters in line
-// with the client's, or returns the query that does so for the caller to
-// pipeline (see syncParams). It blocks on the pool and on the server, so
-// s.mu must not be held.
-//
-// A request that may share a server connection (b.ok, see pipeline.go) is
-// returned with its rider, which holds the connection's state lock until
-// the request is written.
-func (s *session) connect(ctx context.Context, b pipeBatch) (*backend.Conn, *rider, string, error) {
-	if err := s.flushClient(); err != nil { // a previous relay may still hold bytes
-		return nil, nil, "", err
-	}
-	for {
-		conn, rd, err := s.acquireConn(ctx, b)
-		if err != nil {
-			return nil, nil, "", err
-		}
-		if rd != nil && rd.joined && !s.riderSynced(rd) {
-			// The connection's parameters are not the client's after
-			// all: step back and wait for a connection of its own.
-			s.releaseConn(conn, rd, false)
-			b.ok = false
-			continue
-		}
-		sync, err := s.syncParams(ctx, conn)
-		if err != nil {
-			var pe *PGError
-			if errors.As(err, &pe) && pe.Severity != "FATAL" {
-				s.releaseConn(conn, rd, false) // the SET failed cleanly; the server is idle again
-			} else {
-				s.releaseConn(conn, rd, true)
-			}
-			return nil, nil, "", err
-		}
-		if rd != nil && !rd.joined {
-			rd.l.lp.mu.Lock()
-			rd.l.key = s.desiredKey() // in the server's spelling now
-			rd.l.lp.mu.Unlock()
-		}
-		return conn, rd, sync, nil
-	}
-}
-
 // releaseConn gives back a connection borrowed by connect that the session
 // will not use after all.
-func (s *session) releaseConn(conn *backend.Conn, rd *rider, destroy bool) {
+func (s *session) releaseConn(conn *backend.Conn, rd *lanes.Rider, destroy bool) {
 	if rd == nil {
 		if destroy {
 			conn.Destroy()
@@ -125,16 +39,10 @@ func (s *session) releaseConn(conn *backend.Conn, rd *rider, destroy bool) {
 		}
 		return
 	}
-	if rd.stLocked {
-		rd.stLocked = false
-		rd.l.stMu.Unlock()
-	}
-	rd.l.lp.doneWriting(rd, s.p.laneLimits())
-	if !rd.myTurn {
-		<-rd.turn
-		rd.myTurn = true
-	}
-	s.p.leave(rd, destroy)
+	rd.EndWrite()
+	rd.DoneWriting(s.p.laneLimits())
+	rd.TakeTurn()
+	rd.Leave(destroy, s.p.laneLimits())
 }
 
 // startRelayLocked starts the relay goroutine for a. s.mu must be held.
@@ -148,13 +56,13 @@ func (s *session) startRelayLocked(a *attachment) {
 // request that may share one (b.ok) takes a free connection as the first
 // of a lane, or, when none is free, a place on a busy connection's lane; the
 // rider is returned with the connection.
-func (s *session) acquireConn(ctx context.Context, b pipeBatch) (*backend.Conn, *rider, error) {
+func (s *session) acquireConn(ctx context.Context, b pipeBatch) (*backend.Conn, *lanes.Rider, error) {
 	if s.p.gate.on.Load() && s.listed.Load() { // PAUSE or KILL holds some database (pause.go)
 		if err := s.waitGate(ctx); err != nil {
 			return nil, nil, err
 		}
 	}
-	var lp *lanePool
+	var lp *lanes.Pool
 	if s.p.cfg.PipelineDepth > 1 && s.p.cfg.Mode == ModeTransaction {
 		lp = lanesOf(s.pool)
 	}
@@ -164,16 +72,31 @@ func (s *session) acquireConn(ctx context.Context, b pipeBatch) (*backend.Conn, 
 	if conn, err := s.pool.TryAcquire(ctx); err == nil {
 		s.p.m.waitSeconds.Observe(0)
 		if b.ok {
-			return conn, lanesOf(conn.Pool()).lead(conn, s.newRider(b), b.key), nil
+			return conn, lead(conn, s.newRider(b), b.key), nil
 		}
 		return conn, nil, nil
 	}
 	if b.ok && s.pool.Full() {
-		if rd := lp.join(s.newRider(b), b.key, s.p.laneLimits()); rd != nil {
+		if rd := lp.Join(s.newRider(b), b.key, s.p.laneLimits()); rd != nil {
 			s.p.m.waitSeconds.Observe(0)
-			return rd.l.conn, rd, nil
+			return rd.Lane().Conn(), rd, nil
 		}
 	}
+	conn, rd, err := s.waitConn(ctx, lp, b)
+	if err != nil {
+		return nil, nil, err
+	}
+	if b.ok && rd == nil {
+		rd = lead(conn, s.newRider(b), b.key)
+	}
+	return conn, rd, nil
+}
+
+// waitConn waits for a server connection, or a place on a lane, when none
+// is free at once: bounded by AcquireTimeout, cancelled by a
+// CancelRequest (cancelWait) or a vanished client, and counted as waiting
+// meanwhile (Clients, the watcher).
+func (s *session) waitConn(ctx context.Context, lp *lanes.Pool, b pipeBatch) (*backend.Conn, *lanes.Rider, error) {
 	start := time.Now()
 	tctx, cancel := context.WithTimeout(ctx, s.p.timeout(&s.p.tmo.acquire))
 	defer cancel()
@@ -186,33 +109,7 @@ func (s *session) acquireConn(ctx context.Context, b pipeBatch) (*backend.Conn, 
 	if s.peer.Probe != nil {
 		s.markStuck()
 	}
-	var conn *backend.Conn
-	var rd *rider
-	var err error
-	if b.ok && s.pool.Full() {
-		rd, conn, err = s.waitOnLanes(actx, lp, b)
-	}
-	if rd == nil && err == nil {
-		var w *laneWaiter
-		switch {
-		case b.ok:
-			w = lp.wait(s.newRider(b), b.key, cancelWait)
-		case lp != nil:
-			lp.waitExclusive(1)
-		}
-		conn, err = s.pool.Acquire(actx)
-		switch {
-		case w != nil:
-			if rd = lp.unwait(w); rd != nil {
-				if err == nil {
-					conn.Release() // the place on the lane came first
-				}
-				conn, err = rd.l.conn, nil
-			}
-		case lp != nil:
-			lp.waitExclusive(-1)
-		}
-	}
+	conn, rd, err := s.waitConnOrLane(actx, lp, b, cancelWait)
 	if rd == nil && errors.Is(err, backend.ErrPoolClosed) && ctx.Err() == nil {
 		// The pool source replaced its pools (a configuration reload)
 		// since this session looked its pool up: use the new one.
@@ -232,45 +129,80 @@ func (s *session) acquireConn(ctx context.Context, b pipeBatch) (*backend.Conn, 
 	cancelWait(nil)
 	s.p.m.waitSeconds.Observe(time.Since(start).Seconds())
 	if err != nil {
-		if errors.Is(context.Cause(actx), errCanceledByClient) {
-			return nil, nil, pgerr(pgproto.CodeQueryCanceled, "canceling statement due to user request", err)
-		}
-		if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
-			st := s.pool.Stat()
-			return nil, nil, pgerr(pgproto.CodeTooManyConnections,
-				fmt.Sprintf("no server connection became free within %s (pool of %d for database %q, user %q is busy)",
-					s.p.timeout(&s.p.tmo.acquire), st.Total, s.database, s.user), err)
-		}
-		if ctx.Err() != nil {
-			return nil, nil, fatal(pgproto.CodeAdminShutdown, "the pooler is shutting down", err)
-		}
-		var se *pgconn.PgError
-		if errors.As(err, &se) {
-			// The server refused the login (unknown role, database, too
-			// many connections...): pass its own error on.
-			return nil, nil, &PGError{Severity: "ERROR", Code: se.Code, Message: se.Message, Detail: se.Detail, Hint: se.Hint, Err: err}
-		}
-		if errors.Is(err, backend.ErrTooManyPools) {
-			// The session's pool was retired while it idled and no new
-			// one may be opened now.
-			return nil, nil, pgerr(pgproto.CodeTooManyConnections, fmt.Sprintf("sorry, too many pools already: no pool for database %q user %q (max_pools)", s.database, s.user), err)
-		}
-		return nil, nil, pgerr(pgproto.CodeConnectionFailure, "could not connect to the server", err)
-	}
-	if b.ok && rd == nil {
-		rd = lanesOf(conn.Pool()).lead(conn, s.newRider(b), b.key)
+		return nil, nil, s.acquireError(ctx, actx, err)
 	}
 	return conn, rd, nil
+}
+
+// waitConnOrLane waits for whichever comes first: a place on a busy
+// connection's lane (a request that may share one, on a full pool) or a
+// connection of the session's own.
+func (s *session) waitConnOrLane(actx context.Context, lp *lanes.Pool, b pipeBatch, cancelWait context.CancelCauseFunc) (*backend.Conn, *lanes.Rider, error) {
+	var conn *backend.Conn
+	var rd *lanes.Rider
+	var err error
+	if b.ok && s.pool.Full() {
+		rd, conn, err = s.waitOnLanes(actx, lp, b)
+	}
+	if rd == nil && err == nil {
+		var w *lanes.Waiter
+		switch {
+		case b.ok:
+			w = lp.Wait(s.newRider(b), b.key, cancelWait)
+		case lp != nil:
+			lp.WaitExclusive(1)
+		}
+		conn, err = s.pool.Acquire(actx)
+		switch {
+		case w != nil:
+			if rd = lp.Unwait(w); rd != nil {
+				if err == nil {
+					conn.Release() // the place on the lane came first
+				}
+				conn, err = rd.Lane().Conn(), nil
+			}
+		case lp != nil:
+			lp.WaitExclusive(-1)
+		}
+	}
+	return conn, rd, err
+}
+
+// acquireError turns a failed wait for a server connection into what the
+// client is told: 57014 for a CancelRequest, 53300 for AcquireTimeout or
+// too many pools, 57P01 at shutdown, the server's own error for a refused
+// login, 08006 otherwise.
+func (s *session) acquireError(ctx, actx context.Context, err error) error {
+	if errors.Is(context.Cause(actx), errCanceledByClient) {
+		return pgerr(pgproto.CodeQueryCanceled, "canceling statement due to user request", err)
+	}
+	if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
+		st := s.pool.Stat()
+		return pgerr(pgproto.CodeTooManyConnections,
+			fmt.Sprintf("no server connection became free within %s (pool of %d for database %q, user %q is busy)",
+				s.p.timeout(&s.p.tmo.acquire), st.Total, s.database, s.user), err)
+	}
+	if ctx.Err() != nil {
+		return fatal(pgproto.CodeAdminShutdown, "the pooler is shutting down", err)
+	}
+	var se *pgconn.PgError
+	if errors.As(err, &se) {
+		// The server refused the login (unknown role, database, too
+		// many connections...): pass its own error on.
+		return &PGError{Severity: "ERROR", Code: se.Code, Message: se.Message, Detail: se.Detail, Hint: se.Hint, Err: err}
+	}
+	if errors.Is(err, backend.ErrTooManyPools) {
+		// The session's pool was retired while it idled and no new
+		// one may be opened now.
+		return pgerr(pgproto.CodeTooManyConnections, fmt.Sprintf("sorry, too many pools already: no pool for database %q user %q (max_pools)", s.database, s.user), err)
+	}
+	return pgerr(pgproto.CodeConnectionFailure, "could not connect to the server", err)
 }
 
 // startAttachmentLocked makes conn the session's server connection and, in
 // session mode, starts its relay. s.mu must be held.
 func (s *session) startAttachmentLocked(conn *backend.Conn) *attachment {
-	st, _ := conn.State.(*serverState)
-	if st == nil {
-		st = newServerState()
-		conn.State = st
-	}
+	st := stateOf(conn)
 	a := s.att
 	if a != nil && a.released && !a.relaying {
 		// Reuse the previous transaction's attachment (and its queue's

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/pgquic/pgquic/backend"
+	"github.com/pgquic/pgquic/pooler/lanes"
 )
 
 // Bounds on forwarding a cancel to the server.
@@ -43,14 +44,14 @@ type cancelGroup struct {
 // On a connection shared with other clients' requests (pipeline.go) the
 // cancel waits for the requests ahead to finish (awaitTurn), and, with
 // requests behind, for the client's own to have run long enough that it
-// cannot be a fast query about to end (lanePool.cancelable, deferCancel).
+// cannot be a fast query about to end (lanes.Rider.Cancelable, deferCancel).
 func (s *session) beginCancelLocked() (*backend.Conn, *cancelGroup) {
 	a := s.att
 	if a == nil || a.released || a.pending() == 0 {
 		return nil, nil
 	}
 	if rd := a.rider; rd != nil {
-		ok, after := rd.l.lp.cancelable(rd, s.p.laneLimits())
+		ok, after := rd.Cancelable(s.p.laneLimits())
 		if !ok {
 			if after > 0 {
 				s.deferCancelLocked(a, rd, after)
@@ -121,10 +122,10 @@ func (s *session) cancelsSettled(g *cancelGroup) bool {
 }
 
 // deferCancelLocked asks again after d for a cancel of rd's request, which
-// has others behind it on a shared connection (lanePool.cancelable). If the
+// has others behind it on a shared connection (lanes.Rider.Cancelable). If the
 // request has ended by then, the cancel is dropped: it would stop nothing
 // of this client's. s.mu must be held.
-func (s *session) deferCancelLocked(a *attachment, rd *rider, d time.Duration) {
+func (s *session) deferCancelLocked(a *attachment, rd *lanes.Rider, d time.Duration) {
 	gen := a.gen
 	time.AfterFunc(d, func() {
 		s.mu.Lock()

@@ -1,6 +1,8 @@
 package pooler
 
-import "testing"
+import (
+	"testing"
+)
 
 // TestInspectSQLFailsClosed checks what inspectSQL says of the texts that
 // once leaked session state: each may change something (identity,
@@ -39,17 +41,17 @@ func TestInspectSQLFailsClosed(t *testing.T) {
 			t.Errorf("%q: identity change %v (outside %v), want %v", tc.sql, info.identity, info.outside, tc.identity)
 		case info.paramsAll != tc.paramsAll:
 			t.Errorf("%q: paramsAll %v, want %v", tc.sql, info.paramsAll, tc.paramsAll)
-		case (info.pins.holds != 0) != tc.holds:
-			t.Errorf("%q: holds %v, want %v", tc.sql, info.pins.holds, tc.holds)
-		case info.pins.opaque != tc.opaque:
-			t.Errorf("%q: opaque %v, want %v", tc.sql, info.pins.opaque, tc.opaque)
+		case (info.pins.Holds != 0) != tc.holds:
+			t.Errorf("%q: holds %v, want %v", tc.sql, info.pins.Holds, tc.holds)
+		case info.pins.Opaque != tc.opaque:
+			t.Errorf("%q: opaque %v, want %v", tc.sql, info.pins.Opaque, tc.opaque)
 		}
 	}
 	if info := inspectSQL([]byte("SELECT set_config('search_path', 'x', 't'::boolean)")); info.paramsAll || info.identity {
 		t.Errorf("a transaction-local set_config: %+v", info)
 	}
 	for _, sql := range []string{"SELECT now(), lower(a), coalesce(b, 1) FROM t", "INSERT INTO t (a) VALUES ($1)"} {
-		if info := inspectSQL([]byte(sql)); !info.pipe || info.paramsAll || info.pins.opaque {
+		if info := inspectSQL([]byte(sql)); !info.pipe || info.paramsAll || info.pins.Opaque {
 			t.Errorf("%q: %+v, want plain", sql, info)
 		}
 	}

@@ -3,7 +3,6 @@ package pooler
 import (
 	"context"
 	"errors"
-	"fmt"
 	"slices"
 	"strings"
 	"sync"
@@ -12,6 +11,7 @@ import (
 
 	"github.com/pgquic/pgquic/backend"
 	"github.com/pgquic/pgquic/internal/pgproto"
+	"github.com/pgquic/pgquic/pooler/params"
 )
 
 // The greeting a client gets after authenticating: ParameterStatus for every
@@ -53,8 +53,8 @@ func (t *canonTable) lookup(pool *backend.Pool, defaults, startup map[string]str
 	known := t.m[canonPoolKey(pool)]
 	out := make(map[string]string, len(startup))
 	for k, v := range startup {
-		k = canonicalParam(k)
-		if !trackedReported[k] {
+		k = params.Canonical(k)
+		if !params.Reported(k) {
 			continue
 		}
 		c, ok := known[canonKey(k, v, defaults[k])]
@@ -81,8 +81,8 @@ func (t *canonTable) learn(pool *backend.Pool, defaults, startup, desired map[st
 		t.m[pk] = known
 	}
 	for k, v := range startup {
-		k = canonicalParam(k)
-		if c, ok := desired[k]; ok && trackedReported[k] {
+		k = params.Canonical(k)
+		if c, ok := desired[k]; ok && params.Reported(k) {
 			known[canonKey(k, v, defaults[k])] = c
 		}
 	}
@@ -147,37 +147,4 @@ func (s *session) greeting(defaults map[string]string) []pgproto3.BackendMessage
 		msgs = append(msgs, &pgproto3.ParameterStatus{Name: k, Value: v})
 	}
 	return msgs
-}
-
-// quoteValue quotes a parameter value for set_config so that the server
-// gets the client's bytes unchanged, as from a startup packet, whatever
-// client_encoding the connection has at that moment: bytes outside ASCII are
-// written as escapes (E'caf\xc3\xa9'), which the server does not convert.
-func quoteValue(v string) string {
-	plain := true
-	for i := 0; i < len(v); i++ {
-		if v[i] >= 0x80 || v[i] == '\\' {
-			plain = false
-			break
-		}
-	}
-	if plain {
-		return quoteLiteral(v)
-	}
-	var b strings.Builder
-	b.WriteString("E'")
-	for i := 0; i < len(v); i++ {
-		switch c := v[i]; {
-		case c == '\'':
-			b.WriteString("''")
-		case c == '\\':
-			b.WriteString(`\\`)
-		case c >= 0x80:
-			fmt.Fprintf(&b, `\x%02x`, c)
-		default:
-			b.WriteByte(c)
-		}
-	}
-	b.WriteByte('\'')
-	return b.String()
 }

@@ -7,6 +7,7 @@ import (
 	"github.com/pgquic/pgquic/backend"
 	"github.com/pgquic/pgquic/internal/pgproto"
 	"github.com/pgquic/pgquic/internal/sqllex"
+	"github.com/pgquic/pgquic/pooler/pinning"
 )
 
 // Identity changes in transaction mode.
@@ -60,7 +61,7 @@ type sqlInfo struct {
 	copy      bool     // a COPY, which may leave the server waiting for the client's data
 	schema    bool     // CREATE, ALTER or DROP: statements prepared before may have changed shape
 
-	pins pinInfo // unmovable session state (pin.go)
+	pins pinning.Info // unmovable session state (pin.go)
 
 	pipe bool   // nothing but plain statements: may share a server connection (pipeline.go)
 	fp   uint64 // the text's fingerprint when pipe (sqllex.Fingerprint)
@@ -70,7 +71,7 @@ type sqlInfo struct {
 // identity. The common statement costs one allocation-free classification.
 // It is the one place that says what a text may change: the identity
 // (identity), run-time parameters (params, resets, paramsAll), unmovable
-// session state (pins.holds), anything at all (pins.opaque: DO, CALL and
+// session state (pins.Holds), anything at all (pins.Opaque: DO, CALL and
 // calls of functions that are not known harmless built-ins; also DDL and
 // SELECT INTO, which create temporary objects when search_path lists
 // pg_temp first), or nothing anyone can be sure of (sqllex.Unsure flags,
@@ -81,7 +82,7 @@ func inspectSQL(sql []byte) sqlInfo {
 	}
 	text := unsafe.String(&sql[0], len(sql)) // sql is not modified while text is in use
 	sum := sqllex.Classify(text).Flags
-	info := sqlInfo{pins: readPins(text, sum), copy: sum&sqllex.Copy != 0, schema: sum&sqllex.SchemaChange != 0}
+	info := sqlInfo{pins: pinning.Read(text, sum), copy: sum&sqllex.Copy != 0, schema: sum&sqllex.SchemaChange != 0}
 	if sum == 0 {
 		info.pipe, info.fp = true, sqllex.Fingerprint(text)
 	}
@@ -102,11 +103,8 @@ func inspectSQL(sql []byte) sqlInfo {
 	}
 	open := false
 	for st := range sqllex.Statements(text) {
-		switch {
-		case st.Flags&sqllex.Begin != 0:
-			open = true
-		case st.Flags&(sqllex.Commit|sqllex.Rollback|sqllex.PrepareTransaction) != 0:
-			open = st.Flags&sqllex.Chain != 0
+		var ends bool
+		if open, ends = pinning.Block(open, st.Flags); ends {
 			info.ends = true
 		}
 		if st.Flags&identityChange != 0 {
@@ -154,7 +152,7 @@ func (s *session) checkIdentity(info sqlInfo) error {
 		return nil
 	}
 	s.mu.Lock()
-	ok := s.pin.held&pinRole != 0 || (s.att != nil && !s.att.released && s.att.inBlock())
+	ok := s.pin.held&pinning.Role != 0 || (s.att != nil && !s.att.released && s.att.inBlock())
 	s.mu.Unlock()
 	if ok {
 		return nil
@@ -170,10 +168,10 @@ func (s *session) checkIdentity(info sqlInfo) error {
 // noteSQL records, once a's server is about to run the statement, what it
 // does to the transaction and the identity. s.mu must be held.
 func (s *session) noteSQL(a *attachment, info sqlInfo) {
-	if info.identity && s.pin.held&pinRole == 0 {
+	if info.identity && s.pin.held&pinning.Role == 0 {
 		if info.outside && !a.inBlock() {
 			// Only RoleChangesPin gets here (checkIdentity refused it otherwise).
-			s.pinLocked(a, pinRole, "an identity change")
+			s.pinLocked(a, pinning.Role, "an identity change")
 		} else {
 			a.identity = true
 		}
@@ -190,7 +188,7 @@ func (s *session) noteSQL(a *attachment, info sqlInfo) {
 		// the change: prepare each again (closing the old one) at its next
 		// use, so a client's new statement of the same text cannot meet
 		// 0A000 "cached plan must not change result type".
-		a.st.dropStatements(false)
+		a.st.stmts.Drop(false)
 	}
 	if info.paramsAll || len(info.params) > 0 || len(info.resets) > 0 {
 		a.st.clientSet(info.params, info.paramsAll)
@@ -204,14 +202,14 @@ func (s *session) noteSQL(a *attachment, info sqlInfo) {
 // lexer did not see. s.mu must be held.
 func (s *session) identityReported(a *attachment) {
 	switch {
-	case s.pin.held&pinRole != 0 || s.p.cfg.Mode == ModeSession:
+	case s.pin.held&pinning.Role != 0 || s.p.cfg.Mode == ModeSession:
 	case a.identity:
 		// The lexer saw the change inside a block; the report comes
 		// only at ReadyForQuery, after the block may have ended.
 	case a.inBlock():
 		a.identity = true
 	default:
-		s.pinLocked(a, pinRole, "an identity change the server reported")
+		s.pinLocked(a, pinning.Role, "an identity change the server reported")
 	}
 }
 

@@ -36,6 +36,7 @@ import (
 
 	"github.com/pgquic/pgquic/internal/pgtest"
 	"github.com/pgquic/pgquic/internal/sqllex"
+	"github.com/pgquic/pgquic/pooler/params"
 )
 
 // oracleStateSQL reads, on the session itself, everything a later client
@@ -62,7 +63,7 @@ UNION ALL SELECT pg_catalog.concat('advisory ', mode, ' ', classid, ',', objid, 
 // session changed: the pooler tracks it, but resets nothing after a block.
 func believesChange(info sqlInfo, flags sqllex.Flags) bool {
 	return info.identity || len(info.params) > 0 || len(info.resets) > 0 ||
-		info.paramsAll || info.resetAll || info.pins.holds != 0 || info.pins.opaque ||
+		info.paramsAll || info.resetAll || info.pins.Holds != 0 || info.pins.Opaque ||
 		flags&sqllex.Unsure != 0
 }
 
@@ -177,7 +178,7 @@ var oracleAllow = []oracleCause{
 					}
 				case strings.HasPrefix(a, "setting "):
 					name, _, _ := strings.Cut(strings.TrimPrefix(a, "setting "), "=")
-					if !rep[strings.ToLower(name)] || !trackedReported[canonicalParam(name)] {
+					if !rep[strings.ToLower(name)] || !params.Reported(params.Canonical(name)) {
 						return false
 					}
 				default:
@@ -241,17 +242,17 @@ func covered(s oracleStep, item string) bool {
 	case "identity":
 		// An opaque statement is followed by the probe, which asks the
 		// server whether the identity moved and pins the client if so.
-		return in.identity || pins.opaque
+		return in.identity || pins.Opaque
 	case "temp":
-		return pins.holds&sqllex.HeldTemp != 0 || pins.opaque
+		return pins.Holds&sqllex.HeldTemp != 0 || pins.Opaque
 	case "prepared":
-		return pins.holds&sqllex.HeldPrepare != 0 || pins.opaque
+		return pins.Holds&sqllex.HeldPrepare != 0 || pins.Opaque
 	case "cursor":
-		return pins.holds&sqllex.HeldCursor != 0 || pins.opaque
+		return pins.Holds&sqllex.HeldCursor != 0 || pins.Opaque
 	case "listen":
-		return pins.holds&sqllex.HeldListen != 0 || pins.opaque
+		return pins.Holds&sqllex.HeldListen != 0 || pins.Opaque
 	case "advisory":
-		return pins.holds&sqllex.HeldAdvisory != 0 || pins.opaque
+		return pins.Holds&sqllex.HeldAdvisory != 0 || pins.Opaque
 	}
 	return false
 }

@@ -3,63 +3,31 @@ package pooler
 import (
 	"context"
 	"fmt"
-	"slices"
 	"strings"
 	"time"
-	"unique"
 
 	"github.com/jackc/pgx/v5/pgproto3"
 
 	"github.com/pgquic/pgquic/backend"
 	"github.com/pgquic/pgquic/internal/pgproto"
 	"github.com/pgquic/pgquic/internal/wire"
+	"github.com/pgquic/pgquic/pooler/params"
 )
-
-// trackedReported are the run-time parameters the server reports with
-// ParameterStatus that a client may set and that change how results look.
-// In transaction mode consecutive transactions of one client may run on
-// different server connections, so before lending a connection the pooler
-// sets these to the client's values when they differ (as PgBouncer does for
-// its track_extra_parameters).
-var trackedReported = map[string]bool{
-	"application_name":            true,
-	"client_encoding":             true,
-	"DateStyle":                   true,
-	"IntervalStyle":               true,
-	"TimeZone":                    true,
-	"standard_conforming_strings": true,
-}
-
-// canonicalParam maps a startup parameter name to the spelling the server
-// reports, so "datestyle" and "DateStyle" are one parameter.
-func canonicalParam(k string) string {
-	for t := range trackedReported {
-		if strings.EqualFold(t, k) {
-			return t
-		}
-	}
-	return k
-}
-
-// unreported reports whether the server keeps a parameter to itself: a
-// change to it, by a client's SET, set_config or a function, produces no
-// ParameterStatus, so the pooler cannot see that it drifted.
-func unreported(k string) bool { return !trackedReported[k] }
 
 // initDesired records the parameter values the client expects: the server's
 // defaults for tracked parameters, overridden by the client's startup
 // parameters (tracked or not).
 func (s *session) initDesired(defaults, startup map[string]string) {
-	s.desired = make(map[string]string, len(trackedReported)+len(startup))
-	for k := range trackedReported {
+	s.desired = make(map[string]string, params.Count()+len(startup))
+	for k := range params.All() {
 		if v, ok := defaults[k]; ok {
 			s.desired[k] = v
 		}
 	}
 	s.startupParams = make(map[string]string, len(startup))
 	for k, v := range startup {
-		s.desired[canonicalParam(k)] = v
-		s.startupParams[canonicalParam(k)] = v
+		s.desired[params.Canonical(k)] = v
+		s.startupParams[params.Canonical(k)] = v
 	}
 	s.paramKey = ""
 }
@@ -71,34 +39,7 @@ func (s *session) desiredKey() string {
 	if s.paramKey != "" {
 		return s.paramKey
 	}
-	keys := make([]string, 0, len(s.desired))
-	for k := range s.desired {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	var b strings.Builder
-	for _, k := range keys {
-		b.WriteString(k)
-		b.WriteByte(0)
-		b.WriteString(s.desired[k])
-		b.WriteByte(0)
-	}
-	// Sessions of one application share their settings: the key is
-	// interned, so each keeps a reference to one copy instead of its own
-	// few hundred bytes.
-	s.paramKey = unique.Make(b.String()).Value()
-	s.reapply = s.reapply[:0]
-	for _, k := range keys {
-		if !unreported(k) {
-			continue
-		}
-		if len(s.reapply) == 0 {
-			s.reapply = append(s.reapply, "SELECT "...)
-		} else {
-			s.reapply = append(s.reapply, ", "...)
-		}
-		s.reapply = append(s.reapply, "pg_catalog.set_config("+quoteLiteral(k)+", "+quoteValue(s.desired[k])+", false)"...)
-	}
+	s.paramKey, s.reapply = params.Key(s.desired, s.reapply)
 	if len(s.reapply) > 0 {
 		s.reapply = appendQuery(nil, string(s.reapply))
 	}
@@ -119,7 +60,7 @@ func (s *session) reapplyParams(a *attachment) error {
 		return nil
 	}
 	s.push(a, entry{kind: eQuery, quiet: true})
-	a.st.unnamedOK = false // a simple Query destroys the unnamed statement
+	a.st.stmts.DropUnnamed() // a simple Query destroys the unnamed statement
 	return s.writeServer(a, s.reapply)
 }
 
@@ -132,11 +73,7 @@ func (s *session) reapplyParams(a *attachment) error {
 // for the caller to pipeline ahead of the client's message (a failure is
 // then only logged, see paramQueryDone).
 func (s *session) syncParams(ctx context.Context, conn *backend.Conn) (pipelined string, err error) {
-	st, _ := conn.State.(*serverState)
-	if st == nil {
-		st = newServerState()
-		conn.State = st
-	}
+	st := stateOf(conn)
 	if s.lastBorrower(st) {
 		// Nothing but this session touched the connection since it last
 		// synced it, and the session used no other one meanwhile: what is
@@ -153,50 +90,12 @@ func (s *session) syncParams(ctx context.Context, conn *backend.Conn) (pipelined
 		}
 		return "", nil
 	}
-	// set_config takes the value exactly as a startup packet would, which a
-	// SET literal does not for list parameters such as search_path.
-	var sets, resets strings.Builder
-	var setUnreported map[string]string
-	for k, v := range s.desired {
-		if trackedReported[k] {
-			if conn.Params[k] == v && !st.dirtyAll {
-				continue
-			}
-		} else {
-			if setUnreported == nil {
-				setUnreported = make(map[string]string)
-			}
-			setUnreported[k] = v
-		}
-		if sets.Len() == 0 {
-			sets.WriteString("SELECT ")
-		} else {
-			sets.WriteString(", ")
-		}
-		fmt.Fprintf(&sets, "pg_catalog.set_config(%s, %s, false)", quoteLiteral(k), quoteValue(v))
-	}
-	var resetUnreported []string
-	for k := range st.set {
-		if _, ok := s.desired[k]; !ok {
-			fmt.Fprintf(&resets, "RESET %s;", quoteIdent(k))
-			resetUnreported = append(resetUnreported, k)
-		}
-	}
-	if sets.Len() == 0 && resets.Len() == 0 {
+	q, setUnreported, resetUnreported := s.syncQuery(conn, st)
+	if q == "" {
 		st.syncedKey = s.desiredKey()
 		return "", nil
 	}
-	q := sets.String()
-	if q != "" {
-		q += ";"
-	}
-	q += resets.String()
-	if st.dirtyAll {
-		// An earlier client ran RESET ALL or set_config of a parameter we
-		// cannot name: start from the defaults again.
-		q = "RESET ALL;" + q
-	}
-	st.unnamedOK = false // a simple Query destroys the unnamed statement
+	st.stmts.DropUnnamed() // a simple Query destroys the unnamed statement
 	if s.proven {
 		st.synced(s, setUnreported, resetUnreported)
 		return q, nil
@@ -220,6 +119,53 @@ func (s *session) syncParams(ctx context.Context, conn *backend.Conn) (pipelined
 	st.synced(s, setUnreported, resetUnreported)
 	s.proven = true
 	return "", nil
+}
+
+// syncQuery returns the query that brings conn's parameters (st) in line
+// with the client's, "" when they are already, and the unreported
+// parameters it sets and resets (for synced).
+func (s *session) syncQuery(conn *backend.Conn, st *serverState) (q string, setUnreported map[string]string, resetUnreported []string) {
+	// set_config takes the value exactly as a startup packet would, which a
+	// SET literal does not for list parameters such as search_path.
+	var sets, resets strings.Builder
+	for k, v := range s.desired {
+		if params.Reported(k) {
+			if conn.Params[k] == v && !st.dirtyAll {
+				continue
+			}
+		} else {
+			if setUnreported == nil {
+				setUnreported = make(map[string]string)
+			}
+			setUnreported[k] = v
+		}
+		if sets.Len() == 0 {
+			sets.WriteString("SELECT ")
+		} else {
+			sets.WriteString(", ")
+		}
+		fmt.Fprintf(&sets, "pg_catalog.set_config(%s, %s, false)", params.QuoteLiteral(k), params.QuoteValue(v))
+	}
+	for k := range st.set {
+		if _, ok := s.desired[k]; !ok {
+			fmt.Fprintf(&resets, "RESET %s;", params.QuoteIdent(k))
+			resetUnreported = append(resetUnreported, k)
+		}
+	}
+	if sets.Len() == 0 && resets.Len() == 0 {
+		return "", nil, nil
+	}
+	q = sets.String()
+	if q != "" {
+		q += ";"
+	}
+	q += resets.String()
+	if st.dirtyAll {
+		// An earlier client ran RESET ALL or set_config of a parameter we
+		// cannot name: start from the defaults again.
+		q = "RESET ALL;" + q
+	}
+	return q, setUnreported, resetUnreported
 }
 
 // synced records that s's parameters were set on the connection.
@@ -265,7 +211,7 @@ func (s *session) syncedParameter(a *attachment, body []byte) {
 func (s *session) adoptReported(conn *backend.Conn) bool {
 	changed := false
 	for k, want := range s.desired {
-		if v, ok := conn.Params[k]; ok && trackedReported[k] && want != v {
+		if v, ok := conn.Params[k]; ok && params.Reported(k) && want != v {
 			s.desired[k] = v
 			s.paramKey = ""
 			changed = true
@@ -287,7 +233,7 @@ func (st *serverState) clientSet(names []string, all bool) {
 		st.dirtyAll = true
 	}
 	for _, k := range names {
-		if k = canonicalParam(k); unreported(k) {
+		if k = params.Canonical(k); !params.Reported(k) {
 			st.set[k] = paramUnknown
 		}
 	}
@@ -359,14 +305,6 @@ func exchange(conn *backend.Conn, sql string, deadline time.Time, onParam func(n
 	}
 }
 
-func quoteIdent(s string) string {
-	return `"` + strings.ReplaceAll(s, `"`, `""`) + `"`
-}
-
-func quoteLiteral(s string) string {
-	return `'` + strings.ReplaceAll(s, `'`, `''`) + `'`
-}
-
 // A client's own session-level parameter changes.
 //
 // PostgreSQL returns a parameter to its startup-packet value on RESET, but
@@ -391,23 +329,6 @@ type paramQuery struct {
 	results  int               // RowDescriptions seen
 	rows     map[string]string // the session's parameters read so far
 	failed   bool              // the server answered with an error
-}
-
-// sessionParamsSQL lists the run-time parameters the session set; with the
-// pooler's own set_config calls, that is every parameter whose value is not
-// the server's default.
-const sessionParamsSQL = "SELECT name, pg_catalog.current_setting(name) FROM pg_catalog.pg_settings WHERE source = 'session'"
-
-// notCarried are session-sourced parameters that are not carried to the
-// next server connection: identity and the current transaction's own
-// settings, which identity.go and PostgreSQL take care of.
-var notCarried = map[string]bool{
-	"role":                   true,
-	"session_authorization":  true,
-	"is_superuser":           true,
-	"transaction_isolation":  true,
-	"transaction_read_only":  true,
-	"transaction_deferrable": true,
 }
 
 // row records one DataRow of the session's parameters.
@@ -476,12 +397,12 @@ func (s *session) paramQueryDone(a *attachment, q *paramQuery) {
 	}
 	s.snapshot = false
 	for k := range s.desired {
-		if unreported(k) {
+		if !params.Reported(k) {
 			delete(s.desired, k)
 		}
 	}
 	for k, v := range q.rows {
-		if unreported(k) && !notCarried[k] {
+		if !params.Reported(k) && params.Carried(k) {
 			s.desired[k] = v
 			a.st.set[k] = v
 		}
@@ -514,7 +435,7 @@ func (s *session) clientParamsLocked(info sqlInfo, track bool) {
 	// changes only those needs no read-back.
 	s.snapshot = info.paramsAll
 	for _, k := range append(info.params, info.resets...) {
-		s.snapshot = s.snapshot || unreported(canonicalParam(k))
+		s.snapshot = s.snapshot || !params.Reported(params.Canonical(k))
 		if strings.Contains(k, ".") && len(s.custom) < maxCustomParams {
 			if s.custom == nil {
 				s.custom = make(map[string]bool)
@@ -557,14 +478,14 @@ func (s *session) followLocked(a *attachment) error {
 				b.WriteString(", ")
 			}
 			first = false
-			fmt.Fprintf(&b, "pg_catalog.set_config(%s, %s, false)", quoteLiteral(k), quoteValue(v))
+			fmt.Fprintf(&b, "pg_catalog.set_config(%s, %s, false)", params.QuoteLiteral(k), params.QuoteValue(v))
 		}
 		b.WriteString(";")
 		q.snapshot++ // its RowDescription comes first
 		clear(s.restore)
 	}
 	if s.snapshot {
-		b.WriteString(sessionParamsSQL)
+		b.WriteString(params.SessionSQL)
 		if len(s.custom) > 0 {
 			// pg_settings leaves out custom parameters (myapp.tenant):
 			// read those the client named by name.
@@ -575,7 +496,7 @@ func (s *session) followLocked(a *attachment) error {
 					b.WriteString(", ")
 				}
 				first = false
-				b.WriteString(quoteLiteral(k))
+				b.WriteString(params.QuoteLiteral(k))
 			}
 			b.WriteString("]::text[]) n")
 		}
@@ -584,7 +505,7 @@ func (s *session) followLocked(a *attachment) error {
 		q.snapshot = 0
 	}
 	s.push(a, entry{kind: eQuery, quiet: true, params: q})
-	a.st.unnamedOK = false // a simple Query destroys the unnamed statement
+	a.st.stmts.DropUnnamed() // a simple Query destroys the unnamed statement
 	return s.writeServer(a, appendQuery(nil, b.String()))
 }
 

@@ -2,12 +2,12 @@ package pooler
 
 import (
 	"context"
-	"encoding/binary"
 	"fmt"
 	"strings"
 
 	"github.com/pgquic/pgquic/internal/pgproto"
 	"github.com/pgquic/pgquic/internal/sqllex"
+	"github.com/pgquic/pgquic/pooler/pinning"
 )
 
 // Pinning in transaction mode.
@@ -40,28 +40,6 @@ import (
 // comes. An identity pin, and the pin of a FunctionCall message (whose
 // effects no probe can list), last until the client disconnects.
 
-// pinRole is the pin an identity change outside a transaction block sets
-// (see identity.go), or one the probe found after DO, CALL or a function;
-// pinOpaque is the pin a FunctionCall message sets: the function it calls
-// (set_config, say) may have changed anything. Neither is lifted before
-// the client leaves. The other bits are sqllex.Held kinds.
-const (
-	pinOpaque sqllex.Held = 1 << 6
-	pinRole   sqllex.Held = 1 << 7
-)
-
-// pinNames returns the reasons in h, for the metric label and log lines.
-func pinNames(h sqllex.Held) []string {
-	names := h.Names()
-	if h&pinOpaque != 0 {
-		names = append(names, "opaque")
-	}
-	if h&pinRole != 0 {
-		names = append(names, "role")
-	}
-	return names
-}
-
 // pinState is what a session knows of the state pinning it. It is guarded
 // by the session's mu; s.pinned mirrors held != 0 for the code that only
 // asks whether the client is pinned.
@@ -75,52 +53,13 @@ type pinState struct {
 	foundOK   bool        // the probe returned its row
 }
 
-// pinInfo is what a statement text may do to unmovable session state.
-type pinInfo struct {
-	holds    sqllex.Held // state it may create
-	releases sqllex.Held // state it may drop
-	opaque   bool        // DO, CALL, an opaque function call or DDL: may create state the text does not show
-	outside  bool        // a holding statement comes where the text has not opened a block
-	kind     string      // the first holding statement, for logs and errors
-}
-
-// readPins reads what sql, whose statements' union of flags is sum, does
-// to session state. Text that holds nothing costs nothing more.
-func readPins(sql string, sum sqllex.Flags) pinInfo {
-	// CREATE and SELECT INTO of an unqualified name create a temporary
-	// object when the session's search_path lists pg_temp first, which the
-	// text does not show: the probe asks the server, as after DO.
-	in := pinInfo{holds: sum.Holds(), releases: sum.Releases(), opaque: sum.Opaque() || sum&sqllex.SchemaChange != 0}
-	if in.holds == 0 {
-		return in
-	}
-	in.kind = sqllex.StateKind(sql)
-	if sum&sqllex.Unsure != 0 {
-		in.outside = true
-		return in
-	}
-	open := false
-	for st := range sqllex.Statements(sql) {
-		switch {
-		case st.Flags&sqllex.Begin != 0:
-			open = true
-		case st.Flags&(sqllex.Commit|sqllex.Rollback|sqllex.PrepareTransaction) != 0:
-			open = st.Flags&sqllex.Chain != 0
-		}
-		if st.Flags.Holds() != 0 && !open {
-			in.outside = true
-		}
-	}
-	return in
-}
-
 // checkState refuses, under SessionStateError, a statement that would pin
 // the client outside a transaction block, before any server connection is
 // taken for it. Inside a block the statement runs and pins the client, as
 // the state it creates outlives the block.
 func (s *session) checkState(info sqlInfo) error {
 	in := info.pins
-	if in.holds == 0 || !in.outside || s.p.cfg.SessionState != SessionStateError || s.p.cfg.Mode != ModeTransaction {
+	if in.Holds == 0 || !in.Outside || s.p.cfg.SessionState != SessionStateError || s.p.cfg.Mode != ModeTransaction {
 		return nil
 	}
 	s.mu.Lock()
@@ -132,7 +71,7 @@ func (s *session) checkState(info sqlInfo) error {
 	return &PGError{
 		Severity: "ERROR",
 		Code:     pgproto.CodeFeatureNotSupported,
-		Message:  fmt.Sprintf("%s is not supported outside a transaction block in transaction pooling mode (the pooler's session_state setting is \"error\")", in.kind),
+		Message:  fmt.Sprintf("%s is not supported outside a transaction block in transaction pooling mode (the pooler's session_state setting is \"error\")", in.Kind),
 		Hint:     "Connect in session mode, or set session_state to \"pin\" to keep such clients on one server connection until they run DISCARD ALL or disconnect.",
 	}
 }
@@ -166,7 +105,7 @@ func (s *session) handleFunctionCall(ctx context.Context) error {
 		s.mu.Unlock()
 		return s.raise(err, true)
 	}
-	s.pinLocked(a, pinOpaque, "FunctionCall")
+	s.pinLocked(a, pinning.Opaque, "FunctionCall")
 	s.push(a, entry{kind: eFunc})
 	err = s.writeServer(a, nil)
 	s.mu.Unlock()
@@ -175,22 +114,22 @@ func (s *session) handleFunctionCall(ctx context.Context) error {
 
 // noteState records, once a's server is about to run a statement, the
 // state it may create or drop. s.mu must be held.
-func (s *session) noteState(a *attachment, in pinInfo) {
+func (s *session) noteState(a *attachment, in pinning.Info) {
 	if s.p.cfg.Mode != ModeTransaction {
 		return
 	}
-	if in.holds != 0 {
+	if in.Holds != 0 {
 		// Pin at once; the probe then lifts the pin if the statement
 		// failed, was rolled back, or made a table ON COMMIT DROP.
 		s.pin.gen++
-		s.pinLocked(a, in.holds, in.kind)
+		s.pinLocked(a, in.Holds, in.Kind)
 		s.pin.probe = true
 	}
-	if in.opaque {
+	if in.Opaque {
 		s.pin.gen++
 		s.pin.probe = true
 	}
-	if in.releases&s.pin.held != 0 {
+	if in.Releases&s.pin.held != 0 {
 		s.pin.probe = true
 	}
 }
@@ -207,7 +146,7 @@ func (s *session) pinLocked(a *attachment, h sqllex.Held, kind string) {
 	}
 	s.pin.held |= added
 	s.pinned = true
-	names := pinNames(added)
+	names := pinning.Names(added)
 	for _, n := range names {
 		s.p.m.pins.WithLabelValues(n).Inc()
 	}
@@ -219,7 +158,7 @@ func (s *session) pinLocked(a *attachment, h sqllex.Held, kind string) {
 // pin); the client is free to use any server connection once none is left.
 // s.mu must be held.
 func (s *session) unpinLocked(a *attachment, h sqllex.Held) {
-	h &= s.pin.held &^ (pinRole | pinOpaque)
+	h &= s.pin.held &^ (pinning.Role | pinning.Opaque)
 	if h == 0 {
 		return
 	}
@@ -228,7 +167,7 @@ func (s *session) unpinLocked(a *attachment, h sqllex.Held) {
 		s.pinned = false
 		s.p.m.pinned.Dec()
 		s.log.Info("client unpinned: its server connection holds no session state any more",
-			"released", strings.Join(pinNames(h), ","), "server_pid", a.conn.PID)
+			"released", strings.Join(pinning.Names(h), ","), "server_pid", a.conn.PID)
 	}
 }
 
@@ -243,36 +182,10 @@ func (s *session) endPins() {
 	s.mu.Unlock()
 }
 
-// probeSQL asks the server which unmovable state the session holds, one
-// boolean per sqllex.Held kind in bit order; appendProbe adds whether the
-// identity moved away from the login role. Operators are qualified, so a
-// client's objects cannot stand in for them.
-const probeSQL = "SELECT" +
-	" EXISTS (SELECT 1 FROM pg_catalog.pg_class WHERE relnamespace OPERATOR(pg_catalog.=) pg_catalog.pg_my_temp_schema())" +
-	" OR EXISTS (SELECT 1 FROM pg_catalog.pg_proc WHERE pronamespace OPERATOR(pg_catalog.=) pg_catalog.pg_my_temp_schema())" +
-	" OR EXISTS (SELECT 1 FROM pg_catalog.pg_type WHERE typnamespace OPERATOR(pg_catalog.=) pg_catalog.pg_my_temp_schema()), " +
-	" EXISTS (SELECT 1 FROM pg_catalog.pg_listening_channels()), " +
-	" EXISTS (SELECT 1 FROM pg_catalog.pg_locks WHERE locktype OPERATOR(pg_catalog.=) 'advisory'" +
-	" AND pid OPERATOR(pg_catalog.=) pg_catalog.pg_backend_pid()), " +
-	" EXISTS (SELECT 1 FROM pg_catalog.pg_cursors WHERE is_holdable), " +
-	" EXISTS (SELECT 1 FROM pg_catalog.pg_prepared_statements WHERE from_sql)"
-
-// probeColumns is the number of columns of the probe's row.
-const probeColumns = 6
-
-// appendProbe appends the probe's Query frame for a connection that logged
-// in as login ("" when unknown). Its last column is true when current_user
-// or session_user differs from the login role: DO, CALL, a function or a
-// FunctionCall message may have run SET ROLE or SET SESSION AUTHORIZATION,
-// which the server reports (through is_superuser) only when superuser
-// status changes. CURRENT_USER and SESSION_USER are keywords, which no
-// client's object can stand in for.
+// appendProbe appends the probe's Query frame (pinning.ProbeQuery) for a
+// connection that logged in as login ("" when unknown).
 func appendProbe(b []byte, login string) []byte {
-	id := "NOT (current_user OPERATOR(pg_catalog.=) session_user"
-	if login != "" {
-		id += " AND session_user OPERATOR(pg_catalog.=) " + quoteLiteral(login) + "::pg_catalog.name"
-	}
-	return appendQuery(b, probeSQL+", "+id+")")
+	return appendQuery(b, pinning.ProbeQuery(login))
 }
 
 // probeLocked returns the probe's Query frame, and queues its quiet reply,
@@ -317,35 +230,12 @@ func (s *session) syncProbingLocked(a *attachment) error {
 	return s.writeServerProbing(a, []byte{'S', 0, 0, 0, 4}, sqlInfo{})
 }
 
-// probeRowLocked reads the probe's DataRow. s.mu must be held.
+// probeRowLocked reads the probe's DataRow (pinning.ReadProbeRow). s.mu
+// must be held.
 func (s *session) probeRowLocked(body []byte) {
-	if len(body) < 2 {
-		return
+	if p, ok := pinning.ReadProbeRow(body); ok {
+		s.pin.found, s.pin.foundRole, s.pin.foundOK = p.Found, p.Role, p.Complete
 	}
-	n := int(binary.BigEndian.Uint16(body))
-	body = body[2:]
-	var found sqllex.Held
-	role := false
-	for i := range n {
-		if len(body) < 4 {
-			return
-		}
-		l := int(int32(binary.BigEndian.Uint32(body)))
-		body = body[4:]
-		if l < 0 || l > len(body) {
-			return
-		}
-		if l != 1 || body[0] != 'f' {
-			// True, or anything unexpected: err towards pinning.
-			if i == probeColumns-1 {
-				role = true
-			} else {
-				found |= 1 << i
-			}
-		}
-		body = body[l:]
-	}
-	s.pin.found, s.pin.foundRole, s.pin.foundOK = found&sqllex.HeldAll, role, n == probeColumns
 }
 
 // probeDoneLocked applies the probe's answer at its ReadyForQuery: the
@@ -362,12 +252,12 @@ func (s *session) probeDoneLocked(a *attachment, e *entry) {
 	case !ok:
 		// No answer: the identity may have changed unseen, so the
 		// connection must be reset before anyone else borrows it.
-		s.pinLocked(a, pinRole, "DO, CALL or a function (the probe failed)")
+		s.pinLocked(a, pinning.Role, "DO, CALL or a function (the probe failed)")
 	default:
 		if role {
 			// The client keeps the identity it chose, on this
 			// connection, which is reset when the client leaves.
-			s.pinLocked(a, pinRole, "an identity change by DO, CALL or a function")
+			s.pinLocked(a, pinning.Role, "an identity change by DO, CALL or a function")
 		}
 		s.pinLocked(a, found, "DO, CALL or a function")
 		if e.gen == s.pin.gen {
@@ -382,7 +272,7 @@ func (s *session) probeDoneLocked(a *attachment, e *entry) {
 // already, so the state never reaches the next borrower whatever reset
 // query is configured. s.mu must be held.
 func (s *session) appendStateReset(a *attachment, q []byte, resetQuery string) []byte {
-	if s.pin.held&(sqllex.HeldAll|pinOpaque) == 0 || strings.EqualFold(strings.TrimSpace(resetQuery), "DISCARD ALL") {
+	if s.pin.held&(sqllex.HeldAll|pinning.Opaque) == 0 || strings.EqualFold(strings.TrimSpace(resetQuery), "DISCARD ALL") {
 		return q
 	}
 	s.push(a, entry{kind: eQuery, quiet: true, reset: true})

@@ -41,7 +41,7 @@ func TestPipelineFreeConnectionFirst(t *testing.T) {
 // TestLatTableWorstRecent's.
 func TestPipelineNotBehindOverrunningQuery(t *testing.T) {
 	// A query of a fast kind counts as overrunning once it has run four
-	// times the threshold (lanePool.cancelHold, so that scheduling delay on
+	// times the threshold (lanes.Limits.CancelHold, so that scheduling delay on
 	// a busy machine is not taken for a slow query).
 	const thr = 100 * time.Millisecond
 	h, reg := pipeHarness(t, 1, thr)

@@ -3,7 +3,6 @@ package pooler
 import (
 	"encoding/binary"
 	"testing"
-	"time"
 
 	"github.com/pgquic/pgquic/internal/wire"
 )
@@ -205,35 +204,4 @@ func FuzzScanBatch(f *testing.F) {
 
 func endsInSync(b []byte) bool {
 	return len(b) >= 5 && string(b[len(b)-5:]) == "S\x00\x00\x00\x04"
-}
-
-// TestLatTableWorstRecent: a kind of query is fast only while its worst
-// recent answer is; one slow answer (pg_sleep(3) after many pg_sleep(0),
-// one fingerprint) makes it slow at once, and only a long run of fast
-// answers makes it fast again.
-func TestLatTableWorstRecent(t *testing.T) {
-	var lt latTable
-	const fp, thr = 42, 5 * time.Millisecond
-	for range latMinSamples - 1 {
-		lt.observe(fp, time.Millisecond)
-	}
-	if lt.fast(fp, thr) {
-		t.Fatal("fast before enough answers")
-	}
-	lt.observe(fp, time.Millisecond)
-	if !lt.fast(fp, thr) {
-		t.Fatal("not fast after enough fast answers")
-	}
-	lt.observe(fp, 3*time.Second)
-	if lt.fast(fp, thr) {
-		t.Fatal("still fast after a 3 s answer")
-	}
-	n := 0
-	for !lt.fast(fp, thr) {
-		lt.observe(fp, time.Millisecond)
-		n++
-	}
-	if n < 15 {
-		t.Errorf("fast again after %d fast answers, want a couple of dozen", n)
-	}
 }

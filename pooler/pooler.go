@@ -25,6 +25,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/pgquic/pgquic/pooler/lanes"
 )
 
 // Pooler runs client sessions against pooled server connections. Create it
@@ -59,9 +61,9 @@ type Pooler struct {
 	// at scrape time (obs.go). Both guarded by mu.
 	live       map[*session]struct{}
 	endedBytes map[string]*[2]uint64
-	canon      canonTable // the server's spelling of clients' startup values (greeting.go)
-	stale      staleGens  // statements whose result type changed (stale.go)
-	lat        latTable   // how fast each kind of query is answered (pipeline.go)
+	canon      canonTable    // the server's spelling of clients' startup values (greeting.go)
+	stale      staleGens     // statements whose result type changed (stale.go)
+	lat        lanes.Latency // how fast each kind of query is answered (pipeline.go)
 
 	// kills holds one AfterFunc per context sessions run on, by its Done
 	// channel (ctxkill.go). Guarded by mu.

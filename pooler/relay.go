@@ -13,6 +13,8 @@ import (
 	"github.com/pgquic/pgquic/backend"
 	"github.com/pgquic/pgquic/internal/pgproto"
 	"github.com/pgquic/pgquic/internal/wire"
+	"github.com/pgquic/pgquic/pooler/lanes"
+	"github.com/pgquic/pgquic/pooler/params"
 )
 
 // entryKind is a client (or pooler) request whose reply the relay expects.
@@ -84,7 +86,7 @@ type attachment struct {
 	done       chan struct{}
 
 	cancels *cancelGroup // cancels forwarded to this connection (see cancel.go)
-	rider   *rider       // the request shares the connection with other clients' (pipeline.go); owner-only
+	rider   *lanes.Rider // the request shares the connection with other clients' (pipeline.go); owner-only
 
 	replay      *replayLog // the current pipeline as recorded for a retry, or nil (stale.go)
 	heldT       []byte     // ParameterDescription of a Describe that may yet be retried (stale.go)
@@ -121,11 +123,11 @@ func (s *session) push(a *attachment, e entry) {
 func (s *session) discard(a *attachment, e *entry) {
 	switch e.kind {
 	case eParse:
-		a.st.forget(e, s.id)
+		a.st.stmts.Forget(e.stmt, e.unnamed, s.id)
 	case eClose:
 		if e.injected && e.stmt != "" {
 			// An eviction the server skipped: the statement stays there.
-			a.st.maybe[e.stmt] = struct{}{}
+			a.st.stmts.MarkMaybe(e.stmt)
 		}
 	}
 	if e.clientName != "" && s.stmts[e.clientName] == e.cst {
@@ -153,9 +155,6 @@ func (a *attachment) pop() {
 	}
 }
 
-// relayResult says what handling one server message led to.
-type relayResult uint8
-
 const (
 	relayMore     relayResult = iota // keep reading the server
 	relayWaiting                     // the server waits for the client (COPY IN, or nothing pending)
@@ -163,281 +162,125 @@ const (
 	relayLost                        // the connection broke and was destroyed
 )
 
-// relay forwards the server's replies to the client from its own goroutine
-// until the connection goes back to the pool or breaks. The owner starts it
-// when it must read the client while replies are still due (after a Flush,
-// in a pipeline not yet closed by Sync, during COPY IN).
-func (s *session) relay(a *attachment) {
-	defer close(a.done)
-	for {
-		switch s.relayOne(a) {
-		case relayReleased, relayLost:
-			return
+const (
+	restNone     restAction = iota // keep the connection (or nothing is at rest)
+	restRelease                    // give it back to the pool (finishRelease)
+	restLeftOpen                   // a shared connection left inside a transaction (riderLeftOpen)
+)
+
+// parameterStatusLocked follows a ParameterStatus: the reply to the
+// pooler's own parameter sync, a value the client's own statement put back
+// (the client's to see), or a change to note. s.mu must be held.
+func (s *session) parameterStatusLocked(a *attachment, m *reply) {
+	head := m.head
+	switch {
+	case head != nil && head.params != nil && head.params.sync:
+		s.syncedParameter(a, m.body)
+	case head != nil && head.params != nil && head.params.follow:
+		// Caused by the client's own statement (a RESET put back to
+		// its startup value): it is the client's to see.
+		m.forward = true
+		s.noteParameter(a, m.body, false)
+	default:
+		s.noteParameter(a, m.body, m.quiet)
+	}
+}
+
+// notificationLocked passes a NotificationResponse on: it is the
+// client's, whatever query runs. s.mu must be held.
+func (s *session) notificationLocked(a *attachment, m *reply) {
+	m.forward = true
+	if s.p.cfg.Mode == ModeTransaction && len(m.body) >= 4 && binary.BigEndian.Uint32(m.body) == a.conn.PID {
+		// Sent by the client's own NOTIFY: PostgreSQL gives the
+		// notifying process's PID, which for the client is the one
+		// BackendKeyData gave it (psycopg compares them), not the
+		// server connection's.
+		binary.BigEndian.PutUint32(m.body, s.pid)
+	}
+}
+
+// serverErrorLocked handles an ErrorResponse: it is counted, a stale
+// statement's error may be swallowed for a retry (stale.go), the statement
+// cache is corrected, and the entries the server will now skip until Sync
+// are dropped. s.mu must be held.
+func (s *session) serverErrorLocked(a *attachment, rd *lanes.Rider, m *reply) {
+	head, quiet := m.head, m.quiet
+	if head != nil && head.params != nil {
+		head.params.failed = true
+	}
+	if rd != nil && !quiet && errorCode(m.body) == pgproto.CodeQueryCanceled &&
+		string(errorField(m.body, 'M')) == "canceling statement due to user request" && rd.HitByOthers() {
+		m.body = errOthersCancel.encode(nil)[wire.HeaderLen:]
+	}
+	if !quiet {
+		s.p.m.serverErrors.WithLabelValues(sqlstateClass(m.body)).Inc()
+	}
+	if m.forward && isFatal(m.body) {
+		// PostgreSQL closes the connection after a FATAL error (57P01
+		// after pg_terminate_backend, for instance): the client hears
+		// why from the server and nothing more from the pooler.
+		a.fatalSent = true
+	}
+	if head != nil && !quiet && s.retryStale(a, head, m.body) {
+		m.forward = false
+		return
+	}
+	if head != nil && head.stmt != "" {
+		s.statementError(a, head, m.body)
+	}
+	if head != nil {
+		switch head.kind {
+		case eParse, eBind, eDescribe, eExecute, eClose:
+			// The server now skips everything up to Sync, including
+			// messages the client has not sent yet (see push).
+			s.discardToSync(a)
+			if a.front() == nil {
+				a.skipping = true
+			}
 		}
 	}
 }
 
-// relayInline lets the owner read the replies itself when the client's last
-// message was a synchronisation point (Sync, Query, CopyDone...) and nothing
-// more from the client is buffered: the common request/response case costs
-// no goroutine hand-off. It returns when the connection went back, the
-// server waits for the client, or nothing is pending any more.
-func (s *session) relayInline(a *attachment) relayResult {
-	if s.peer.Probe != nil {
-		s.markStuck()
-		defer s.stuck.Store(0)
+// readyLocked handles a ReadyForQuery, which ends a Sync, Query or
+// FunctionCall and says the transaction status. s.mu must be held.
+func (s *session) readyLocked(a *attachment, m *reply) {
+	if len(m.body) == 1 {
+		a.status = m.body[0]
 	}
-	for {
-		switch r := s.relayOne(a); r {
-		case relayReleased, relayLost, relayWaiting:
-			return r
+	// Anything queued before it got no reply of its own: drop it, so a
+	// tracking mistake can never leave the session waiting for a reply
+	// that will not come.
+	s.discardToSync(a)
+	a.skipping = false
+	if a.pending() <= 1 {
+		a.begun = false // the status is current: it says whether a block is open
+		a.copy = false
+	}
+	if head := a.front(); head != nil {
+		m.head = head
+		s.noteReady(a, head, a.status)
+		m.forward = !head.quiet
+		if head.reset {
+			a.st.reset()
 		}
+		if head.probe {
+			s.probeDoneLocked(a, head)
+		}
+		if head.params != nil {
+			s.paramQueryDone(a, head.params)
+		}
+		m.pop = true
 	}
 }
 
-// relayOne reads and handles one server message. It is called by exactly
-// one goroutine at a time for a given attachment: the owner inline, or the
-// relay goroutine.
-func (s *session) relayOne(a *attachment) relayResult {
-	rd := a.rider
-	if rd != nil && !rd.myTurn {
-		// Other clients' replies come first on a shared connection.
-		if err := s.awaitTurn(a, rd); err != nil {
-			s.serverLost(a, err)
-			return relayLost
-		}
-	}
-	r := a.conn.R
-	if r.Buffered() == 0 {
-		s.relayFlush(a)
-	}
-	typ, _, err := r.Next()
-	if err != nil {
-		if s.relayStopped(a, err) {
-			return relayReleased
-		}
-		s.serverLost(a, err)
-		return relayLost
-	}
-	// Fast path: rows and notices change no state, unless they answer a
-	// quiet query of the pooler's own (the slow path swallows them).
-	// Notifications take the slow path (see case 'A' below).
-	switch typ {
-	case 'D', 'd', 'N':
-		if a.quiet.Load() > 0 {
-			break
-		}
-		if a.clientGone.Load() {
-			_ = r.Skip()
-			return relayMore
-		}
-		// cwMu is held only while writing: PostgreSQL may flush half a
-		// frame and then wait for more of a pipeline, which the owner can
-		// send only if it is not waiting for cwMu.
-		if err = r.ForwardLocked(&s.cwMu, s.cwFn); err != nil {
-			var we *wire.WriteError
-			if !errors.As(err, &we) {
-				s.serverLost(a, err)
-				return relayLost
-			}
-			s.relayWriteFailed(a, err)
-		}
-		return relayMore
-	}
-
-	// Read the whole message before taking s.mu, for the same reason.
-	body, err := r.Body()
-	if err != nil {
-		s.serverLost(a, err)
-		return relayLost
-	}
-	if rd != nil {
-		// The connection's statement cache and parameters are shared
-		// with the rider writing behind us.
-		rd.l.stMu.Lock()
-	}
-	s.mu.Lock()
-	head := a.front()
-	quiet := head != nil && head.quiet
-	forward := !quiet
-	pop := false
-	result := relayMore
-	switch typ {
-	case '1': // ParseComplete
-		if head != nil && head.kind == eParse {
-			forward = forward && !head.injected
-			pop = true
-			a.st.confirm(head, s.id)
-		}
-	case '2': // BindComplete
-		if head != nil && head.kind == eBind {
-			forward = forward && !head.injected
-			pop = true
-		}
-	case '3': // CloseComplete
-		if head != nil && head.kind == eClose {
-			forward = forward && !head.injected
-			pop = true
-		}
-	case 'T': // RowDescription ends a Describe
-		pop = head != nil && head.kind == eDescribe
-		if head != nil && head.params != nil {
-			head.params.results++
-		}
-	case 'n': // NoData
-		pop = head != nil && head.kind == eDescribe
-	case 'C', 'I', 's': // CommandComplete, EmptyQueryResponse, PortalSuspended
-		pop = head != nil && head.kind == eExecute
-		if typ == 'C' && len(body) > 0 && body[0] == 'D' {
-			s.serverDropped(a, body, quiet)
-		}
-	case 'G', 'W': // CopyInResponse, CopyBothResponse: the server waits for data
-		result = relayWaiting
-	case 't': // ParameterDescription
-		if forward && head != nil && head.replayHead && head.kind == eDescribe {
-			// Held back until the Describe succeeds: if its statement
-			// turns out stale, the retry sends it again.
-			a.heldT = bytes.Clone(body)
-			forward = false
-		}
-	case 'S': // ParameterStatus
-		switch {
-		case head != nil && head.params != nil && head.params.sync:
-			s.syncedParameter(a, body)
-		case head != nil && head.params != nil && head.params.follow:
-			// Caused by the client's own statement (a RESET put back to
-			// its startup value): it is the client's to see.
-			forward = true
-			s.noteParameter(a, body, false)
-		default:
-			s.noteParameter(a, body, quiet)
-		}
-	case 'D': // DataRow: only a quiet query's comes here
-		switch {
-		case head != nil && head.probe:
-			s.probeRowLocked(body)
-		case head != nil && head.params != nil:
-			head.params.row(body)
-		}
-	case 'A': // NotificationResponse: the client's, whatever query runs
-		forward = true
-		if s.p.cfg.Mode == ModeTransaction && len(body) >= 4 && binary.BigEndian.Uint32(body) == a.conn.PID {
-			// Sent by the client's own NOTIFY: PostgreSQL gives the
-			// notifying process's PID, which for the client is the one
-			// BackendKeyData gave it (psycopg compares them), not the
-			// server connection's.
-			binary.BigEndian.PutUint32(body, s.pid)
-		}
-	case 'E':
-		if head != nil && head.params != nil {
-			head.params.failed = true
-		}
-		if rd != nil && !quiet && errorCode(body) == pgproto.CodeQueryCanceled &&
-			string(errorField(body, 'M')) == "canceling statement due to user request" && rd.l.lp.hitByOthers(rd) {
-			body = errOthersCancel.encode(nil)[wire.HeaderLen:]
-		}
-		if !quiet {
-			s.p.m.serverErrors.WithLabelValues(sqlstateClass(body)).Inc()
-		}
-		if forward && isFatal(body) {
-			// PostgreSQL closes the connection after a FATAL error (57P01
-			// after pg_terminate_backend, for instance): the client hears
-			// why from the server and nothing more from the pooler.
-			a.fatalSent = true
-		}
-		if head != nil && !quiet && s.retryStale(a, head, body) {
-			forward = false
-			break
-		}
-		if head != nil && head.stmt != "" {
-			s.statementError(a, head, body)
-		}
-		if head != nil {
-			switch head.kind {
-			case eParse, eBind, eDescribe, eExecute, eClose:
-				// The server now skips everything up to Sync, including
-				// messages the client has not sent yet (see push).
-				for e := a.front(); e != nil && e.kind != eSync && e.kind != eQuery && e.kind != eFunc; e = a.front() {
-					s.discard(a, e)
-					a.pop()
-				}
-				if a.front() == nil {
-					a.skipping = true
-				}
-			}
-		}
-	case 'Z':
-		if len(body) == 1 {
-			a.status = body[0]
-		}
-		// ReadyForQuery ends a Sync, Query or FunctionCall. Anything queued
-		// before it got no reply of its own: drop it, so a tracking mistake
-		// can never leave the session waiting for a reply that will not come.
-		for e := a.front(); e != nil && e.kind != eSync && e.kind != eQuery && e.kind != eFunc; e = a.front() {
-			s.discard(a, e)
-			a.pop()
-		}
-		a.skipping = false
-		if a.pending() <= 1 {
-			a.begun = false // the status is current: it says whether a block is open
-			a.copy = false
-		}
-		if head = a.front(); head != nil {
-			s.noteReady(a, head, a.status)
-			forward = !head.quiet
-			if head.reset {
-				a.st.reset()
-			}
-			if head.probe {
-				s.probeDoneLocked(a, head)
-			}
-			if head.params != nil {
-				s.paramQueryDone(a, head.params)
-			}
-			pop = true
-		}
-	}
-	if forward && !a.clientGone.Load() {
-		s.cwMu.Lock()
-		if a.heldT != nil {
-			_ = writeFrame(s, 't', a.heldT)
-			a.heldT = nil
-		}
-		err = writeFrame(s, typ, body)
-		s.cwMu.Unlock()
-		if err != nil {
-			s.relayWriteFailed(a, err)
-		}
-	}
-	if pop {
+// discardToSync drops the entries before the next Sync, Query or
+// FunctionCall: the server skips their messages (after an error) or has
+// answered past them (at ReadyForQuery). s.mu must be held.
+func (s *session) discardToSync(a *attachment) {
+	for e := a.front(); e != nil && e.kind != eSync && e.kind != eQuery && e.kind != eFunc; e = a.front() {
+		s.discard(a, e)
 		a.pop()
-		if typ == 'Z' {
-			s.queryAnsweredLocked(a)
-		}
 	}
-	s.emitSynthetic(a)
-	if typ == 'Z' && a.pending() == 0 {
-		if rd != nil && a.status != 'I' {
-			s.mu.Unlock()
-			rd.l.stMu.Unlock()
-			return s.riderLeftOpen(a, rd)
-		}
-		if s.releasable(a) {
-			a.released = true
-			s.mu.Unlock()
-			if rd != nil {
-				rd.l.stMu.Unlock()
-			}
-			s.finishRelease(a)
-			return relayReleased
-		}
-		result = relayWaiting
-	}
-	s.mu.Unlock()
-	if rd != nil {
-		rd.l.stMu.Unlock()
-	}
-	return result
 }
 
 // riderLeftOpen handles a request on a shared connection that left a
@@ -446,15 +289,15 @@ func (s *session) relayOne(a *attachment) relayResult {
 // with others behind it, whose requests would run inside this
 // transaction, the connection is closed (rolling everything back) and
 // every client on it is told.
-func (s *session) riderLeftOpen(a *attachment, rd *rider) relayResult {
-	if rd.l.lp.detach(rd) {
+func (s *session) riderLeftOpen(a *attachment, rd *lanes.Rider) relayResult {
+	if rd.Detach() {
 		s.mu.Lock()
 		a.rider = nil
 		s.mu.Unlock()
 		return relayWaiting
 	}
 	s.log.Error("a pipelined request left a transaction open; closing the shared server connection")
-	rd.l.lp.fail(rd, errLeftOpen)
+	rd.Fail(errLeftOpen)
 	s.serverLost(a, errLeftOpen)
 	return relayLost
 }
@@ -467,11 +310,11 @@ func (s *session) riderLeftOpen(a *attachment, rd *rider) relayResult {
 func (s *session) statementError(a *attachment, e *entry, body []byte) {
 	switch code := errorCode(body); {
 	case code == pgproto.CodeDuplicatePStatement && e.kind == eParse:
-		a.st.remove(e.stmt)
-		a.st.maybe[e.stmt] = struct{}{}
+		a.st.stmts.Remove(e.stmt)
+		a.st.stmts.MarkMaybe(e.stmt)
 		e.stmt = "" // already handled: discard must not forget it again
 	case code == pgproto.CodeUndefinedPStatement && (e.kind == eBind || e.kind == eDescribe):
-		a.st.remove(e.stmt)
+		a.st.stmts.Remove(e.stmt)
 	}
 }
 
@@ -507,15 +350,6 @@ func errorField(body []byte, f byte) []byte {
 	return nil
 }
 
-// releasable reports whether a connection at rest (ReadyForQuery seen,
-// nothing pending) goes back to the pool. s.mu must be held.
-func (s *session) releasable(a *attachment) bool {
-	if a.status != 'I' {
-		return false // inside a transaction, or a failed one awaiting ROLLBACK
-	}
-	return a.closing || (s.p.cfg.Mode == ModeTransaction && !s.pinned)
-}
-
 // emitSynthetic writes the pooler's own replies that have reached the head
 // of the queue. s.mu must be held.
 func (s *session) emitSynthetic(a *attachment) {
@@ -530,50 +364,6 @@ func (s *session) emitSynthetic(a *attachment) {
 			}
 		}
 		a.pop()
-	}
-}
-
-// finishRelease returns a's connection to its pool once the owner has no
-// half-written message in its buffer, after flushing the client. A cancel
-// still in flight for the connection is waited for first (bounded by
-// cancelSettleTimeout), so it cannot reach whoever borrows the connection
-// next; if it does not complete, the connection is destroyed instead.
-func (s *session) finishRelease(a *attachment) {
-	s.wmu.Lock()
-	s.wmu.Unlock() //nolint:staticcheck // waits for the owner's in-flight flush
-	s.busy.Store(false)
-	if !a.clientGone.Load() {
-		if err := s.flushClient(); err != nil {
-			a.clientGone.Store(true)
-		}
-	}
-	s.mu.Lock()
-	destroy := a.destroy
-	draining := s.draining
-	resetID := a.identity
-	cancels := a.cancels
-	s.mu.Unlock()
-	// Cancels first: one still in flight could hit the identity reset.
-	if cancels != nil && !destroy && !s.cancelsSettled(cancels) {
-		destroy = true
-	}
-	if !destroy && resetID {
-		if err := resetIdentity(a.conn); err != nil {
-			s.log.Warn("resetting the identity of a server connection failed; closing it", "err", err)
-			destroy = true
-		}
-	}
-	switch {
-	case a.rider != nil:
-		s.p.leave(a.rider, destroy) // the next client's replies, or back to the pool
-	case destroy:
-		a.conn.Destroy()
-	default:
-		a.conn.Release()
-	}
-	s.p.m.assignments.Inc()
-	if draining {
-		s.closeClient()
 	}
 }
 
@@ -624,7 +414,7 @@ func (s *session) serverLost(a *attachment, err error) {
 	s.wmu.Lock()
 	s.wmu.Unlock() //nolint:staticcheck // waits for the owner's in-flight flush
 	if rd := a.rider; rd != nil {
-		rd.l.lp.fail(rd, errors.Join(ErrServerLost, err)) // every client on the connection
+		rd.Fail(errors.Join(ErrServerLost, err)) // every client on the connection
 	}
 	a.conn.Destroy()
 	s.closeClient()
@@ -668,7 +458,7 @@ func (s *session) noteParameter(a *attachment, body []byte, quiet bool) {
 		// statement would run under an identity it did not choose.
 		s.identityReported(a)
 	}
-	if !quiet && trackedReported[ps.Name] && s.desired[ps.Name] != ps.Value {
+	if !quiet && params.Reported(ps.Name) && s.desired[ps.Name] != ps.Value {
 		s.desired[ps.Name] = ps.Value
 		s.paramKey = ""
 	}

@@ -2,6 +2,7 @@ package pooler
 
 import (
 	"github.com/pgquic/pgquic/internal/wire"
+	"github.com/pgquic/pgquic/pooler/lanes"
 )
 
 // Writes to the attached server. Handling a client message stages the
@@ -125,7 +126,7 @@ func (s *session) serverWriteFailed(err error) {
 // written on a shared server connection is complete by then (pipeline.go):
 // the next client's may follow it.
 func (s *session) flushAll() error {
-	var rd *rider
+	var rd *lanes.Rider
 	if a := s.att; a != nil && a.rider != nil {
 		rd = a.endWrite() // before the flush, which may wait for the server to read
 	}
@@ -139,7 +140,7 @@ func (s *session) flushAll() error {
 		}
 	}
 	if rd != nil {
-		rd.l.lp.doneWriting(rd, s.p.laneLimits())
+		rd.DoneWriting(s.p.laneLimits())
 	}
 	return s.flushClient()
 }

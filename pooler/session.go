@@ -14,8 +14,9 @@ import (
 
 	"github.com/pgquic/pgquic/backend"
 	"github.com/pgquic/pgquic/internal/front"
-	"github.com/pgquic/pgquic/internal/pgproto"
 	"github.com/pgquic/pgquic/internal/wire"
+	"github.com/pgquic/pgquic/pooler/lanes"
+	"github.com/pgquic/pgquic/pooler/params"
 )
 
 // session is one client session. Its owner goroutine (the one in Serve) reads
@@ -72,7 +73,7 @@ type session struct {
 	pipeTyp       byte        // the message a server connection is wanted for, for pipelineCheckLocked; 0 when none
 	pipeBody      []byte      // its body
 	pipeText      lexedText   // what the lexer found in that message's statement text, when someone looked already
-	rider         rider       // memory for the session's request on a shared server connection (pipeline.go)
+	rider         lanes.Rider // memory for the session's request on a shared server connection (pipeline.go)
 
 	cwMu sync.Mutex
 	cw   *bufio.Writer        // nil while idle (see flushClient)
@@ -207,99 +208,6 @@ func (s *session) timedStartup(ctx context.Context) (ok bool, err error) {
 	return err == nil, err
 }
 
-// loop reads client messages until the session ends.
-func (s *session) loop(ctx context.Context) error {
-	for {
-		if s.cr.Buffered() == 0 {
-			if err := s.flushAll(); err != nil {
-				return err
-			}
-			if s.serveReplies() {
-				continue
-			}
-		}
-		idle := s.cr.Buffered() == 0
-		if idle {
-			s.armIdle()
-			s.waitClient()
-		}
-		typ, n, err := s.cr.Next()
-		if idle {
-			s.disarmIdle()
-		}
-		s.msgLen = wire.HeaderLen + n
-		s.curTyp = typ
-		if err != nil {
-			if pe := s.fired.Load(); pe != nil {
-				return pe // an idle timeout ended the session and told the client
-			}
-			if errors.Is(err, wire.ErrBadLength) || errors.Is(err, wire.ErrMessageTooLarge) {
-				return s.fail(fatal(pgproto.CodeProtocolViolation, "invalid message length", err))
-			}
-			if s.isKilled() {
-				return ErrShuttingDown
-			}
-			return s.clientGone(err)
-		}
-		if typ == 'X' {
-			return nil
-		}
-		err = s.handle(ctx, typ)
-		if err == nil {
-			err = s.sendOut()
-		} else {
-			s.dropOut()
-		}
-		if err != nil {
-			var pe *PGError
-			var we *wire.WriteError
-			switch {
-			case errors.As(err, &pe) && pe.Severity == "FATAL":
-				return s.fail(pe)
-			case errors.As(err, &we):
-				s.serverWriteFailed(err)
-			default:
-				return err
-			}
-		}
-		switch typ {
-		case 'S', 'Q', 'F', 'c', 'f':
-			s.lastSync = true
-		default:
-			s.lastSync = false
-		}
-	}
-}
-
-// serveReplies is called when the owner has flushed everything and is about
-// to wait for the client. If the server still owes replies, it either reads
-// them inline (the client's last message was a synchronisation point, so the
-// server can finish without hearing from the client) and returns true, or
-// starts the relay goroutine so replies flow while the owner waits.
-func (s *session) serveReplies() bool {
-	s.mu.Lock()
-	a := s.att
-	s.relayNotificationsLocked(a)
-	if a == nil || a.released || a.relaying || a.pending() == 0 {
-		s.mu.Unlock()
-		return false
-	}
-	if !s.lastSync {
-		s.startRelayLocked(a)
-		s.mu.Unlock()
-		return false
-	}
-	s.mu.Unlock()
-	if s.relayInline(a) == relayWaiting {
-		s.mu.Lock()
-		if !a.released && a.pending() > 0 {
-			s.lastSync = false // COPY IN: the server waits for the client's data
-		}
-		s.mu.Unlock()
-	}
-	return true
-}
-
 // waitClient waits for the client's next message without a read buffer
 // when the client stream can wait for input without reading it
 // (front.ReadWaiter): the buffer goes back to a shared pool meanwhile, so
@@ -318,95 +226,6 @@ func (s *session) clientGone(err error) error {
 		return nil
 	}
 	return fmt.Errorf("reading from client: %w", err)
-}
-
-// handle processes one client message whose header has just been read.
-func (s *session) handle(ctx context.Context, typ byte) error {
-	if s.skipping && typ != 'S' {
-		return s.cr.Skip()
-	}
-	switch typ {
-	case 'Q':
-		return s.handleQuery(ctx)
-	case 'P':
-		s.ctr.ClientParses.Add(1)
-		return s.handleParse(ctx)
-	case 'B':
-		s.ctr.Binds.Add(1)
-		return s.handleBind(ctx)
-	case 'D':
-		return s.handleDescribe(ctx)
-	case 'C':
-		return s.handleClose(ctx)
-	case 'E':
-		return s.forward(ctx, eExecute)
-	case 'F':
-		return s.handleFunctionCall(ctx)
-	case 'S':
-		return s.handleSync(ctx)
-	case 'H', 'd', 'c', 'f':
-		// Flush and COPY data only mean something to a server that is
-		// already attached; PostgreSQL ignores stray COPY messages too.
-		s.mu.Lock()
-		a := s.currentLocked()
-		if a == nil {
-			s.mu.Unlock()
-			return s.cr.Skip()
-		}
-		err := s.writeServer(a, nil)
-		s.mu.Unlock()
-		return err
-	case 'p':
-		return fatal(pgproto.CodeProtocolViolation, "unexpected password message", nil)
-	default:
-		return fatal(pgproto.CodeProtocolViolation, fmt.Sprintf("invalid frontend message type %d", typ), nil)
-	}
-}
-
-// handleSync answers Sync locally when no server is attached (nothing is
-// pending), otherwise forwards it.
-func (s *session) handleSync(ctx context.Context) error {
-	s.skipping = false
-	s.mu.Lock()
-	a := s.currentLocked()
-	if a == nil {
-		s.mu.Unlock()
-		if err := s.cr.Skip(); err != nil {
-			return err
-		}
-		return s.writeClientLocal(readyForQuery('I'))
-	}
-	s.push(a, entry{kind: eSync})
-	var err error
-	if len(s.restore) == 0 && !s.snapshot {
-		err = s.syncProbingLocked(a)
-	} else if err = s.cr.Skip(); err == nil {
-		// The pooler's queries go right behind the Sync: the probe
-		// (pin.go), then the parameters' (see followLocked).
-		if err = s.writeServerProbing(a, syncMsg, sqlInfo{}); err == nil {
-			err = s.followLocked(a)
-		}
-	}
-	s.mu.Unlock()
-	return err
-}
-
-// syncMsg is a Sync message.
-var syncMsg = []byte{'S', 0, 0, 0, 4}
-
-// forward sends the current message to the attached server (attaching one if
-// needed) and records the reply it expects.
-func (s *session) forward(ctx context.Context, k entryKind) error {
-	s.mu.Lock()
-	a, err := s.attachLocked(ctx)
-	if err != nil {
-		s.mu.Unlock()
-		return s.raise(err, k == eQuery)
-	}
-	s.push(a, entry{kind: k})
-	err = s.writeServer(a, nil)
-	s.mu.Unlock()
-	return err
 }
 
 // raise reports an error the pooler generated while handling a client
@@ -453,14 +272,14 @@ func (s *session) raise(err error, simple bool) error {
 // client waiting for ReadyForQuery. s.mu must be held.
 func (s *session) serverRaiseLocked(a *attachment, pe *PGError, simple bool) error {
 	clean := func(s string) string { return strings.ReplaceAll(s, "$pgquic$", "") }
-	sql := "DO $pgquic$BEGIN RAISE EXCEPTION USING ERRCODE = " + quoteLiteral(pe.Code) +
-		", MESSAGE = " + quoteLiteral(clean(pe.Message))
+	sql := "DO $pgquic$BEGIN RAISE EXCEPTION USING ERRCODE = " + params.QuoteLiteral(pe.Code) +
+		", MESSAGE = " + params.QuoteLiteral(clean(pe.Message))
 	if pe.Detail != "" {
-		sql += ", DETAIL = " + quoteLiteral(clean(pe.Detail))
+		sql += ", DETAIL = " + params.QuoteLiteral(clean(pe.Detail))
 	}
 	if pe.Hint != "" {
 		// The same hint as when the pooler answers itself.
-		sql += ", HINT = " + quoteLiteral(clean(pe.Hint))
+		sql += ", HINT = " + params.QuoteLiteral(clean(pe.Hint))
 	}
 	sql += "; END$pgquic$"
 	f := wire.AppendHeader(nil, 'P', 1+len(sql)+1+2)
@@ -478,7 +297,7 @@ func (s *session) serverRaiseLocked(a *attachment, pe *PGError, simple bool) err
 		f = append(f, syncMsg...)
 		s.push(a, entry{kind: eSync})
 	}
-	a.st.unnamedOK = false
+	a.st.stmts.DropUnnamed()
 	return s.writeServer(a, f)
 }
 

@@ -120,7 +120,7 @@ func errStaleShape() *PGError {
 // PostgreSQL's 0A000, once. It also arms the retry of a first use (see
 // armReplay). s.mu must be held.
 func (s *session) checkShape(a *attachment, st *stmt) *PGError {
-	gen := a.st.genOf(st.name)
+	gen := a.st.stmts.Gen(st.name)
 	if !st.used {
 		st.used, st.gen = true, gen
 		s.armReplay(a, st)
@@ -149,7 +149,7 @@ func (s *session) armReplay(a *attachment, st *stmt) {
 	if a.relaying || a.skipping || a.status != 'I' || a.begun || s.p.cfg.Mode != ModeTransaction {
 		return
 	}
-	if rd := a.rider; rd != nil && !rd.l.lp.solo(rd) {
+	if rd := a.rider; rd != nil && !rd.Solo() {
 		// Behind other clients' requests a retry would run after
 		// theirs: the client gets the error once.
 		return
@@ -236,9 +236,9 @@ func (s *session) retryStale(a *attachment, e *entry, body []byte) bool {
 	// Whatever happens next, the server's copy is stale: the next Parse or
 	// replay of this name closes it first and prepares it again, and
 	// clients told the old shape hear of the change.
-	gen := s.p.stale.bump(e.stmt, a.st.genOf(e.stmt))
-	a.st.remove(e.stmt)
-	a.st.maybe[e.stmt] = struct{}{}
+	gen := s.p.stale.bump(e.stmt, a.st.stmts.Gen(e.stmt))
+	a.st.stmts.Remove(e.stmt)
+	a.st.stmts.MarkMaybe(e.stmt)
 	r := a.replay
 	if r == nil || !r.closed || !e.replayHead || a.relaying || a.pending() != len(r.items) || r.stmt.name != e.stmt {
 		a.replay = nil
@@ -270,9 +270,9 @@ func (s *session) retryStale(a *attachment, e *entry, body []byte) bool {
 	out = append(out, st.name...)
 	out = append(out, 0)
 	s.push(a, entry{kind: eClose, injected: true})
-	delete(a.st.maybe, st.name)
+	a.st.stmts.Unmark(st.name)
 	out = append(out, st.parse...)
-	a.st.add(st.name, st.key, gen, s.id)
+	a.st.stmts.Add(st.name, st.key, gen, s.id)
 	s.push(a, entry{kind: eParse, injected: true, stmt: st.name})
 	s.p.m.prepares.Inc()
 	for _, it := range r.items {

@@ -2,7 +2,6 @@ package pooler
 
 import (
 	"bytes"
-	"container/list"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -10,9 +9,13 @@ import (
 	"strings"
 	"unsafe"
 
+	"github.com/pgquic/pgquic/backend"
 	"github.com/pgquic/pgquic/internal/pgproto"
 	"github.com/pgquic/pgquic/internal/sqllex"
 	"github.com/pgquic/pgquic/internal/wire"
+	"github.com/pgquic/pgquic/pooler/lanes"
+	"github.com/pgquic/pgquic/pooler/params"
+	"github.com/pgquic/pgquic/pooler/stmtcache"
 )
 
 // Prepared statements in transaction mode.
@@ -78,206 +81,58 @@ func serverStmtName(key []byte) string {
 }
 
 // serverState is what the pooler knows about one server connection: the
-// statements prepared on it, its unnamed statement, and the run-time
+// statements prepared on it (package stmtcache), and the run-time
 // parameters the pooler set on it that the server does not report.
 //
 // The statement cache must follow the server's truth, whoever changed it:
 // a DEALLOCATE or DISCARD in any protocol is seen by its command tag, a
-// Close the server skipped after an error leaves its name in maybe, and
-// a 26000 or 42P05 answer corrects the entry it names. A name that may
-// exist on the server although the cache does not list it is closed before
-// it is prepared again (closing a missing statement is not an error).
-//
-// A Parse is recorded when it is written, but only as its writer's until
-// the server confirms it with ParseComplete: on a connection shared by
-// several clients' requests (pipeline.go) a Parse written by the request
-// ahead may still be skipped by the server after an error in that request,
-// so another session trusts an entry only once it is confirmed, and the
-// unnamed statement only while no other session's unnamed Parse is still
-// unanswered. Otherwise it prepares what it needs itself (closing a named
-// statement first, which runs after the whole request ahead). Records that
-// only take something away (a Close, a simple Query destroying the unnamed
-// statement) are safe to make at once.
+// Close the server skipped after an error leaves its name in doubt
+// (MarkMaybe), and a 26000 or 42P05 answer corrects the entry it names. A
+// name that may exist on the server although the cache does not list it is
+// closed before it is prepared again (closing a missing statement is not an
+// error). On a connection shared by several clients' requests
+// (pipeline.go), a session that cannot trust another's unconfirmed Parse
+// prepares what it needs itself (closing a named statement first, which
+// runs after the whole request ahead). Records that only take something
+// away (a Close, a simple Query destroying the unnamed statement) are safe
+// to make at once.
 type serverState struct {
-	lru         *list.List // of *cachedStmt, most recent first
-	byName      map[string]*list.Element
-	maybe       map[string]struct{} // not cached, but may still exist on the server
-	unsure      bool                // any pooler name may exist on the server (a DEALLOCATE of some name ran)
-	unnamedKey  string
-	unnamedOK   bool
-	unnamedBy   uint64 // session that wrote the last unnamed Parse
-	unnamedPend int    // unnamed Parses written and not yet answered (ParseComplete, or skipped)
-	syncPend    int    // parameter syncs written and not yet answered (riderSynced)
-	namedPend   int    // cached statements whose Parse is not yet confirmed (cachedStmt.by != 0)
-	set         map[string]string
-	syncedKey   string // parameters of the last session synced, serialised (see syncParams)
-	agreedKey   string // a parameter key whose reported values conn.Params held at agreedGen (syncParams)
-	agreedGen   uint64
-	lastUser    uint64 // session that last borrowed the connection (see reapplyParams)
-	dirtyAll    bool   // a client ran RESET ALL or set_config of an unknown parameter
+	stmts     stmtcache.Cache // the statements prepared on the connection
+	syncPend  int             // parameter syncs written and not yet answered (riderSynced)
+	set       map[string]string
+	syncedKey string // parameters of the last session synced, serialised (see syncParams)
+	agreedKey string // a parameter key whose reported values conn.Params held at agreedGen (syncParams)
+	agreedGen uint64
+	lastUser  uint64 // session that last borrowed the connection (see reapplyParams)
+	dirtyAll  bool   // a client ran RESET ALL or set_config of an unknown parameter
 
-	lane *lane // the clients' requests sharing the connection (pipeline.go)
-}
-
-type cachedStmt struct {
-	name, key string
-	gen       uint64 // the statement's generation when it was prepared here (stale.go)
-	by        uint64 // the session whose Parse of it awaits ParseComplete; 0 once confirmed
+	lane *lanes.Lane // the clients' requests sharing the connection (pipeline.go)
 }
 
 func newServerState() *serverState {
-	return &serverState{
-		lru:    list.New(),
-		byName: make(map[string]*list.Element),
-		maybe:  make(map[string]struct{}),
-		set:    make(map[string]string),
-	}
+	return &serverState{set: make(map[string]string)}
 }
 
-// lookup reports whether the server holds name for key as far as session
-// sid may trust it, and whether it may hold name otherwise: for another key
-// (a hash collision), or by a Parse of another session's that the server
-// has not confirmed yet and may still skip. Either way the caller closes the
-// name before preparing it again.
-func (st *serverState) lookup(name, key string, sid uint64) (present, conflict bool) {
-	el := st.byName[name]
-	if el == nil {
-		return false, false
+// stateOf returns conn's serverState, made the first time it is asked for.
+func stateOf(conn *backend.Conn) *serverState {
+	st, _ := conn.State.(*serverState)
+	if st == nil {
+		st = newServerState()
+		conn.State = st
 	}
-	cs := el.Value.(*cachedStmt)
-	if cs.key != key || (cs.by != 0 && cs.by != sid) {
-		return false, true
-	}
-	st.lru.MoveToFront(el)
-	return true, false
-}
-
-// add records a Parse of name that session sid has just written; the entry
-// is sid's alone until confirmed.
-func (st *serverState) add(name, key string, gen, sid uint64) {
-	st.byName[name] = st.lru.PushFront(&cachedStmt{name: name, key: key, gen: gen, by: sid})
-	st.namedPend++
-}
-
-// confirm records the server's ParseComplete for a Parse e of session sid.
-func (st *serverState) confirm(e *entry, sid uint64) {
-	if e.unnamed {
-		st.unnamedPend = max(st.unnamedPend-1, 0)
-		return
-	}
-	if el := st.byName[e.stmt]; el != nil && e.stmt != "" {
-		if cs := el.Value.(*cachedStmt); cs.by == sid {
-			cs.by = 0
-			st.namedPend--
-		}
-	}
-}
-
-// wroteUnnamed records an unnamed Parse session sid has just written for
-// the statement key.
-func (st *serverState) wroteUnnamed(key string, sid uint64) {
-	st.unnamedKey, st.unnamedOK = key, true
-	st.unnamedBy = sid
-	st.unnamedPend++
-}
-
-// hasUnnamed reports whether session sid may rely on the server's unnamed
-// statement being key: recorded so, and every unnamed Parse still
-// unanswered is sid's own (written earlier in its request, so that if the
-// server skips it, it skips sid's use of it too).
-func (st *serverState) hasUnnamed(key string, sid uint64) bool {
-	return st.unnamedOK && st.unnamedKey == key && (st.unnamedPend == 0 || st.unnamedBy == sid)
-}
-
-// genOf returns the generation name was prepared with here (0 when absent).
-func (st *serverState) genOf(name string) uint64 {
-	if el := st.byName[name]; el != nil {
-		return el.Value.(*cachedStmt).gen
-	}
-	return 0
-}
-
-func (st *serverState) remove(name string) {
-	if el := st.byName[name]; el != nil {
-		if el.Value.(*cachedStmt).by != 0 {
-			st.namedPend--
-		}
-		st.lru.Remove(el)
-		delete(st.byName, name)
-	}
-}
-
-func (st *serverState) oldest() string {
-	if el := st.lru.Back(); el != nil {
-		return el.Value.(*cachedStmt).name
-	}
-	return ""
-}
-
-// forget drops what a failed (or skipped) Parse of session sid's would have
-// created. An entry another session has written since is left alone: its
-// own reply settles it.
-func (st *serverState) forget(e *entry, sid uint64) {
-	if e.unnamed {
-		st.unnamedOK = false
-		st.unnamedPend = max(st.unnamedPend-1, 0)
-		return
-	}
-	if e.stmt == "" {
-		return
-	}
-	if el := st.byName[e.stmt]; el != nil && el.Value.(*cachedStmt).by == sid {
-		st.remove(e.stmt)
-	}
+	return st
 }
 
 // settle forgets the bookkeeping of replies still owed, for a connection
-// freshly borrowed with nothing in flight. A Parse written but never
-// answered (its request was abandoned unread) may or may not have run: its
-// name is closed before it is prepared again.
+// freshly borrowed with nothing in flight (see stmtcache.Cache.Settle).
 func (st *serverState) settle() {
-	st.unnamedPend, st.syncPend = 0, 0
-	if st.namedPend == 0 {
-		return
-	}
-	st.namedPend = 0
-	for el := st.lru.Front(); el != nil; {
-		next := el.Next()
-		if cs := el.Value.(*cachedStmt); cs.by != 0 {
-			st.maybe[cs.name] = struct{}{}
-			st.lru.Remove(el)
-			delete(st.byName, cs.name)
-		}
-		el = next
-	}
-}
-
-// mayHold reports whether name may exist on the server although the cache
-// does not list it, and forgets that doubt: the caller closes it first.
-func (st *serverState) mayHold(name string) bool {
-	if _, ok := st.maybe[name]; ok {
-		delete(st.maybe, name)
-		return true
-	}
-	return st.unsure
-}
-
-// dropStatements forgets every cached statement after the server ran
-// DEALLOCATE or DISCARD. certain says every statement is gone (DEALLOCATE
-// ALL, DISCARD ALL); otherwise some unknown one is, so the cache is emptied
-// and every name may still exist.
-func (st *serverState) dropStatements(certain bool) {
-	st.lru.Init()
-	clear(st.byName)
-	clear(st.maybe)
-	st.namedPend = 0
-	st.unsure = !certain
-	st.unnamedOK = false
+	st.syncPend = 0
+	st.stmts.Settle()
 }
 
 // reset forgets everything after DISCARD ALL.
 func (st *serverState) reset() {
-	st.dropStatements(true)
+	st.stmts.Drop(true)
 	clear(st.set)
 	st.syncedKey = ""
 }
@@ -285,9 +140,9 @@ func (st *serverState) reset() {
 // ensurePrepared makes sure a's server holds st, replaying the Parse when it
 // does not. s.mu must be held.
 func (s *session) ensurePrepared(a *attachment, st *stmt) error {
-	present, conflict := a.st.lookup(st.name, st.key, s.id)
+	present, conflict := a.st.stmts.Lookup(st.name, st.key, s.id)
 	gen := s.p.stale.current(st.name)
-	if present && a.st.genOf(st.name) >= gen {
+	if present && a.st.stmts.Gen(st.name) >= gen {
 		return nil
 	}
 	if present {
@@ -295,7 +150,7 @@ func (s *session) ensurePrepared(a *attachment, st *stmt) error {
 		// prepare it again rather than let the server refuse it.
 		conflict = true
 	}
-	if conflict || a.st.mayHold(st.name) {
+	if conflict || a.st.stmts.MayHold(st.name) {
 		if err := s.injectClose(a, st.name); err != nil {
 			return err
 		}
@@ -305,7 +160,7 @@ func (s *session) ensurePrepared(a *attachment, st *stmt) error {
 	}
 	// Recorded first: a Parse the server will skip (push discards it)
 	// forgets the record at once.
-	a.st.add(st.name, st.key, gen, s.id)
+	a.st.stmts.Add(st.name, st.key, gen, s.id)
 	s.push(a, entry{kind: eParse, injected: true, stmt: st.name})
 	s.p.m.prepares.Inc()
 	return s.writeServer(a, st.parse)
@@ -334,7 +189,7 @@ func (s *session) rewriteDeallocate(a *attachment, rest []byte) ([]byte, error) 
 		return nil, err
 	}
 	s.dropClientStmt(arg)
-	out := append([]byte("DEALLOCATE "+quoteIdent(st.name)), 0)
+	out := append([]byte("DEALLOCATE "+params.QuoteIdent(st.name)), 0)
 	return append(out, tail...), nil
 }
 
@@ -342,10 +197,10 @@ func (s *session) rewriteDeallocate(a *attachment, rest []byte) ([]byte, error) 
 // not hold it (a Bind of "" in a later transaction). s.mu must be held.
 func (s *session) ensureUnnamed(a *attachment) error {
 	u := s.unnamed
-	if u == nil || a.st.hasUnnamed(u.key, s.id) {
+	if u == nil || a.st.stmts.HasUnnamed(u.key, s.id) {
 		return nil
 	}
-	a.st.wroteUnnamed(u.key, s.id) // before push, which forgets it if the server will skip it
+	a.st.stmts.WroteUnnamed(u.key, s.id) // before push, which forgets it if the server will skip it
 	s.push(a, entry{kind: eParse, injected: true, unnamed: true})
 	s.p.m.prepares.Inc()
 	return s.writeServer(a, u.parse)
@@ -353,8 +208,8 @@ func (s *session) ensureUnnamed(a *attachment) error {
 
 // ensureRoom evicts least recently used statements beyond the cache size.
 func (s *session) ensureRoom(a *attachment) error {
-	for a.st.lru.Len() >= s.p.cfg.StatementCacheSize {
-		if err := s.injectClose(a, a.st.oldest()); err != nil {
+	for a.st.stmts.Len() >= s.p.cfg.StatementCacheSize {
+		if err := s.injectClose(a, a.st.stmts.Oldest()); err != nil {
 			return err
 		}
 	}
@@ -370,7 +225,7 @@ func (s *session) injectClose(a *attachment, name string) error {
 	// If the server skips this Close (an error earlier in the pipeline),
 	// the statement stays: discard then records the name in maybe.
 	s.push(a, entry{kind: eClose, injected: true, stmt: name})
-	a.st.remove(name)
+	a.st.stmts.Remove(name)
 	return s.writeServer(a, frame)
 }
 
@@ -387,38 +242,6 @@ func (s *session) handleParse(ctx context.Context) error {
 	if !ok || len(rest) < 3 {
 		return fatal(pgproto.CodeProtocolViolation, "invalid Parse message", nil)
 	}
-	if len(nameB) == 0 {
-		s.mu.Lock()
-		s.pipeTyp, s.pipeBody, s.pipeText = 'P', body, lexedText{}
-		a, err := s.attachLocked(ctx)
-		if err != nil {
-			s.mu.Unlock()
-			return s.raise(err, false)
-		}
-		if rest, err = s.rewriteDeallocate(a, rest); err != nil {
-			s.mu.Unlock()
-			return err
-		}
-		lexed := s.pipeText
-		s.pipeText = lexedText{}
-		u := s.unnamed
-		if u != nil && string(rest) == u.key && a.pending() == 0 && (a.replay == nil || a.replay.stmt != u) {
-			// The same text as the client's last unnamed statement, which
-			// nothing else refers to any more (no reply pending, no retry
-			// log): reuse its frame and classification, as a fresh one
-			// would be, instead of building and lexing them again.
-			u.used, u.gen = false, 0
-		} else {
-			u = newStmt("", rest, &lexed)
-			s.unnamed = u
-		}
-		a.st.wroteUnnamed(u.key, s.id) // before push, which forgets it if the server will skip it
-		s.push(a, entry{kind: eParse, unnamed: true})
-		err = s.writeServer(a, u.parse)
-		s.mu.Unlock()
-		return err
-	}
-	name := string(nameB)
 	s.mu.Lock()
 	s.pipeTyp, s.pipeBody, s.pipeText = 'P', body, lexedText{}
 	a, err := s.attachLocked(ctx)
@@ -426,28 +249,78 @@ func (s *session) handleParse(ctx context.Context) error {
 		s.mu.Unlock()
 		return s.raise(err, false)
 	}
-	if _, exists := s.stmts[name]; exists {
+	if len(nameB) == 0 {
+		err = s.parseUnnamedLocked(a, rest)
 		s.mu.Unlock()
-		return s.raise(pgerr(pgproto.CodeDuplicatePStatement, fmt.Sprintf("prepared statement %q already exists", name), nil), false)
+		return err
+	}
+	name := string(nameB)
+	if pe := s.parseRefusalLocked(name, rest); pe != nil {
+		s.mu.Unlock()
+		return s.raise(pe, false)
+	}
+	err = s.parseNamedLocked(a, name, rest)
+	s.mu.Unlock()
+	return err
+}
+
+// parseUnnamedLocked forwards a Parse of the unnamed statement whose text
+// and parameter types are rest. s.mu must be held.
+func (s *session) parseUnnamedLocked(a *attachment, rest []byte) error {
+	rest, err := s.rewriteDeallocate(a, rest)
+	if err != nil {
+		return err
+	}
+	lexed := s.pipeText
+	s.pipeText = lexedText{}
+	u := s.unnamed
+	if u != nil && string(rest) == u.key && a.pending() == 0 && (a.replay == nil || a.replay.stmt != u) {
+		// The same text as the client's last unnamed statement, which
+		// nothing else refers to any more (no reply pending, no retry
+		// log): reuse its frame and classification, as a fresh one
+		// would be, instead of building and lexing them again.
+		u.used, u.gen = false, 0
+	} else {
+		u = newStmt("", rest, &lexed)
+		s.unnamed = u
+	}
+	a.st.stmts.WroteUnnamed(u.key, s.id) // before push, which forgets it if the server will skip it
+	s.push(a, entry{kind: eParse, unnamed: true})
+	return s.writeServer(a, u.parse)
+}
+
+// parseRefusalLocked returns the error a Parse of the named statement
+// name with text rest gets before anything is sent: 42P05 for a name the
+// client has already, 53400 beyond ClientStatementLimit or
+// ClientStatementBytes; nil when the Parse may go on. s.mu must be held.
+func (s *session) parseRefusalLocked(name string, rest []byte) *PGError {
+	if _, exists := s.stmts[name]; exists {
+		return pgerr(pgproto.CodeDuplicatePStatement, fmt.Sprintf("prepared statement %q already exists", name), nil)
 	}
 	if len(s.stmts) >= s.p.cfg.ClientStatementLimit {
-		s.mu.Unlock()
-		return s.raise(pgerr(pgproto.CodeInsufficientResource,
-			fmt.Sprintf("too many prepared statements (limit %d per client)", s.p.cfg.ClientStatementLimit), nil), false)
+		return pgerr(pgproto.CodeInsufficientResource,
+			fmt.Sprintf("too many prepared statements (limit %d per client)", s.p.cfg.ClientStatementLimit), nil)
 	}
 	if s.stmtBytes+len(rest) > s.p.cfg.ClientStatementBytes {
-		s.mu.Unlock()
-		return s.raise(pgerr(pgproto.CodeInsufficientResource,
-			fmt.Sprintf("prepared statements too large (limit %d bytes of statement text per client)", s.p.cfg.ClientStatementBytes), nil), false)
+		return pgerr(pgproto.CodeInsufficientResource,
+			fmt.Sprintf("prepared statements too large (limit %d bytes of statement text per client)", s.p.cfg.ClientStatementBytes), nil)
 	}
-	defer s.mu.Unlock()
+	return nil
+}
+
+// parseNamedLocked prepares the client's statement name, with text and
+// parameter types rest, under its server name: answered by the pooler when
+// a's server holds it already, otherwise forwarded (after closing a name
+// the server may hold for something else, and evicting what the cache
+// has no room for). s.mu must be held.
+func (s *session) parseNamedLocked(a *attachment, name string, rest []byte) error {
 	lexed := s.pipeText
 	s.pipeText = lexedText{}
 	st := newStmt(serverStmtName(rest), rest, &lexed)
 	// The name exists for the client only once the server accepts the
 	// Parse: the relay removes it again if the Parse fails or is skipped.
 	s.addClientStmt(name, st)
-	present, conflict := a.st.lookup(st.name, st.key, s.id)
+	present, conflict := a.st.stmts.Lookup(st.name, st.key, s.id)
 	if present {
 		// The server already has it: answer ParseComplete in order.
 		if a.pending() > 0 || a.skipping {
@@ -456,7 +329,7 @@ func (s *session) handleParse(ctx context.Context) error {
 		}
 		return s.writeClient(parseComplete)
 	}
-	if conflict || a.st.mayHold(st.name) {
+	if conflict || a.st.stmts.MayHold(st.name) {
 		if err := s.injectClose(a, st.name); err != nil {
 			return err
 		}
@@ -464,7 +337,7 @@ func (s *session) handleParse(ctx context.Context) error {
 	if err := s.ensureRoom(a); err != nil {
 		return err
 	}
-	a.st.add(st.name, st.key, s.p.stale.current(st.name), s.id) // before push, which forgets it if the server will skip it
+	a.st.stmts.Add(st.name, st.key, s.p.stale.current(st.name), s.id) // before push, which forgets it if the server will skip it
 	s.push(a, entry{kind: eParse, stmt: st.name, clientName: name, cst: st})
 	return s.writeServer(a, st.parse)
 }
@@ -646,7 +519,7 @@ func (s *session) handleClose(ctx context.Context) error {
 	}
 	defer s.mu.Unlock()
 	if kind == 'S' {
-		a.st.unnamedOK = false
+		a.st.stmts.DropUnnamed()
 	}
 	s.push(a, entry{kind: eClose})
 	return s.writeServer(a, s.frame('C', body))
@@ -700,7 +573,7 @@ func (s *session) handleQuery(ctx context.Context) error {
 	defer s.mu.Unlock()
 	s.noteSQL(a, info)
 	s.push(a, entry{kind: eQuery})
-	a.st.unnamedOK = false // a simple Query destroys the unnamed statement
+	a.st.stmts.DropUnnamed() // a simple Query destroys the unnamed statement
 	// A DEALLOCATE or DISCARD that reaches the server, in this protocol or
 	// the extended one, is seen by its command tag (see serverDropped).
 	if err := s.writeServerProbing(a, s.frame('Q', body), info); err != nil {
@@ -762,12 +635,12 @@ func (s *session) serverDropped(a *attachment, tag []byte, quiet bool) {
 	default:
 		return
 	}
-	a.st.dropStatements(certain)
+	a.st.stmts.Drop(certain)
 	var later map[string]*stmt
 	for i := a.head + 1; i < len(a.queue); i++ {
 		e := &a.queue[i]
 		if e.kind == eParse && e.stmt != "" {
-			a.st.maybe[e.stmt] = struct{}{}
+			a.st.stmts.MarkMaybe(e.stmt)
 		}
 		if e.clientName != "" && e.cst != nil {
 			if later == nil {

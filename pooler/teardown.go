@@ -88,16 +88,15 @@ func (s *session) closeRiderLocked(a *attachment) bool {
 	rd := a.rider
 	a.clientGone.Store(true)
 	a.closing = true
-	if rd.stLocked {
+	if rd.Writing() {
 		if n := len(a.queue); !s.killed && a.pending() > 0 && a.queue[n-1].kind != eSync && a.queue[n-1].kind != eQuery {
 			s.abortWriteLocked(a)
 		}
 		if err := a.conn.W.Flush(); err != nil {
 			_ = a.conn.NetConn().Close() // the reader finds out and fails the lane
 		}
-		rd.stLocked = false
-		rd.l.stMu.Unlock()
-		rd.l.lp.doneWriting(rd, s.p.laneLimits())
+		rd.EndWrite()
+		rd.DoneWriting(s.p.laneLimits())
 	}
 	if s.killed {
 		return false
@@ -139,83 +138,103 @@ func (s *session) close() {
 			a = nil
 		}
 	} else if a != nil && !a.released {
-		a.clientGone.Store(true)
-		a.closing = true
-		if !a.relaying {
-			s.startRelayLocked(a)
-		}
-		sessionLike := s.p.cfg.Mode == ModeSession || s.pinned
-		if s.pinned {
-			a.identity = true
-		}
-		switch {
-		case a.pending() > 0 || s.killed || (sessionLike && a.status != 'I'):
-			// A request is still running: cancel it and drop the connection.
-			// A session-mode client that left inside a transaction loses
-			// its server connection too (as with PgBouncer): whatever it
-			// built up is not worth untangling on an abnormal exit.
-			conn := a.conn
-			if a.pending() > 0 {
-				s.p.cancelOnServer(conn)
-			}
-			a.destroy = true
-			_ = conn.NetConn().Close()
-		default:
-			// Idle, in a transaction, or in session mode: roll back (and
-			// reset) quietly; the relay returns the connection once the
-			// server says it is idle.
-			a.st.unnamedOK = false // simple queries destroy the unnamed statement
-			var q []byte
-			if a.skipping {
-				// The server ignores everything but Sync after an error
-				// in a pipeline: end that state first.
-				q = append(q, 'S', 0, 0, 0, 4)
-				s.push(a, entry{kind: eSync, quiet: true})
-			}
-			if a.status != 'I' {
-				q = appendQuery(q, "ROLLBACK")
-				s.push(a, entry{kind: eQuery, quiet: true})
-			}
-			if sessionLike {
-				q = appendQuery(q, s.p.cfg.ResetQuery)
-				s.push(a, entry{kind: eQuery, quiet: true, reset: true})
-				q = s.appendStateReset(a, q, s.p.cfg.ResetQuery)
-			}
-			if len(q) == 0 {
-				// Nothing to undo: wake the relay so it returns the connection.
-				_ = a.conn.NetConn().SetReadDeadline(time.Now())
-			} else {
-				_ = a.conn.NetConn().SetWriteDeadline(time.Now().Add(5 * time.Second))
-				_, err := a.conn.W.Write(q)
-				if err == nil {
-					err = a.conn.W.Flush()
-				}
-				_ = a.conn.NetConn().SetWriteDeadline(time.Time{}) // the next borrower must not inherit it
-				if err != nil {
-					a.destroy = true
-					_ = a.conn.NetConn().Close()
-				}
-			}
-		}
+		s.abandonLocked(a)
 	}
 	s.mu.Unlock()
 	if a != nil {
-		select {
-		case <-a.done:
-		case <-time.After(10 * time.Second):
-			if a.rider == nil { // a shared connection is not this client's to close
-				s.mu.Lock()
-				a.destroy = true
-				s.mu.Unlock()
-				_ = a.conn.NetConn().Close()
-			}
-			<-a.done
-		}
+		s.awaitRelayEnd(a)
 	}
 	s.closeClient()
 	s.endPins()
 	if s.counted {
 		s.p.active.Add(-1)
 		s.p.m.clients.Dec()
+	}
+}
+
+// abandonLocked lets go of a's server connection for a client that left
+// while it was attached: a request still running is cancelled and the
+// connection dropped; otherwise the relay (started if need be) returns it
+// once undoLocked's queries have run. s.mu must be held.
+func (s *session) abandonLocked(a *attachment) {
+	a.clientGone.Store(true)
+	a.closing = true
+	if !a.relaying {
+		s.startRelayLocked(a)
+	}
+	sessionLike := s.p.cfg.Mode == ModeSession || s.pinned
+	if s.pinned {
+		a.identity = true
+	}
+	switch {
+	case a.pending() > 0 || s.killed || (sessionLike && a.status != 'I'):
+		// A request is still running: cancel it and drop the connection.
+		// A session-mode client that left inside a transaction loses
+		// its server connection too (as with PgBouncer): whatever it
+		// built up is not worth untangling on an abnormal exit.
+		conn := a.conn
+		if a.pending() > 0 {
+			s.p.cancelOnServer(conn)
+		}
+		a.destroy = true
+		_ = conn.NetConn().Close()
+	default:
+		s.undoLocked(a, sessionLike)
+	}
+}
+
+// undoLocked rolls back (and, in session mode or when pinned, resets)
+// quietly what the leaving client left on a's server, which is idle, in
+// a transaction, or in session mode; the relay returns the connection
+// once the server says it is idle. s.mu must be held.
+func (s *session) undoLocked(a *attachment, sessionLike bool) {
+	a.st.stmts.DropUnnamed() // simple queries destroy the unnamed statement
+	var q []byte
+	if a.skipping {
+		// The server ignores everything but Sync after an error
+		// in a pipeline: end that state first.
+		q = append(q, 'S', 0, 0, 0, 4)
+		s.push(a, entry{kind: eSync, quiet: true})
+	}
+	if a.status != 'I' {
+		q = appendQuery(q, "ROLLBACK")
+		s.push(a, entry{kind: eQuery, quiet: true})
+	}
+	if sessionLike {
+		q = appendQuery(q, s.p.cfg.ResetQuery)
+		s.push(a, entry{kind: eQuery, quiet: true, reset: true})
+		q = s.appendStateReset(a, q, s.p.cfg.ResetQuery)
+	}
+	if len(q) == 0 {
+		// Nothing to undo: wake the relay so it returns the connection.
+		_ = a.conn.NetConn().SetReadDeadline(time.Now())
+	} else {
+		_ = a.conn.NetConn().SetWriteDeadline(time.Now().Add(5 * time.Second))
+		_, err := a.conn.W.Write(q)
+		if err == nil {
+			err = a.conn.W.Flush()
+		}
+		_ = a.conn.NetConn().SetWriteDeadline(time.Time{}) // the next borrower must not inherit it
+		if err != nil {
+			a.destroy = true
+			_ = a.conn.NetConn().Close()
+		}
+	}
+}
+
+// awaitRelayEnd waits for a's relay to give the connection back, at most
+// 10 s, after which the connection is closed (unless other clients share
+// it, which is not this client's to close) and the relay then ends.
+func (s *session) awaitRelayEnd(a *attachment) {
+	select {
+	case <-a.done:
+	case <-time.After(10 * time.Second):
+		if a.rider == nil { // a shared connection is not this client's to close
+			s.mu.Lock()
+			a.destroy = true
+			s.mu.Unlock()
+			_ = a.conn.NetConn().Close()
+		}
+		<-a.done
 	}
 }
