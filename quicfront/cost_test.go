@@ -1,0 +1,163 @@
+package quicfront
+
+import (
+	"context"
+	"io"
+	"net"
+	"runtime"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/pgquic/pgquic/internal/front"
+	"github.com/pgquic/pgquic/quicclient"
+)
+
+// replyHandler answers every read with the same bytes, waiting for each
+// request as the pooler does (front.ReadWaiter, then one Read into a small
+// buffer): the smallest server a request/reply session needs, so the cost
+// counted below is the QUIC path's and not a handler's.
+type replyHandler struct{}
+
+func (replyHandler) Serve(_ context.Context, rwc io.ReadWriteCloser, _ front.Peer) error {
+	defer rwc.Close()
+	buf := make([]byte, 512)
+	for {
+		if rw, ok := rwc.(front.ReadWaiter); ok {
+			if err := rw.WaitRead(); err != nil {
+				return nil
+			}
+		}
+		n, err := rwc.Read(buf)
+		if n > 0 {
+			if _, werr := rwc.Write(buf[:n]); werr != nil {
+				return werr
+			}
+		}
+		if err != nil {
+			return nil
+		}
+	}
+}
+
+// pathCost is what a batch of round trips cost this process, client and
+// server together, per round trip.
+type pathCost struct {
+	allocs, packets, wakeups float64
+}
+
+// voluntarySwitches returns the voluntary context switches of every
+// thread of this process so far: each is a thread that had nothing to run
+// and slept (a wake-up when it resumes).
+func voluntarySwitches(tb testing.TB) int64 {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		tb.Fatal(err)
+	}
+	return int64(ru.Nvcsw)
+}
+
+// measurePath runs rounds round trips of req on every conn (concurrently
+// when parallel, else one conn after another) and returns their cost.
+func measurePath(tb testing.TB, d *quicclient.Dialer, conns []net.Conn, req []byte, rounds int, parallel bool) pathCost {
+	tb.Helper()
+	roundTrip := func(c net.Conn, buf []byte) {
+		if _, err := c.Write(req); err != nil {
+			tb.Error(err)
+			return
+		}
+		if _, err := io.ReadFull(c, buf); err != nil {
+			tb.Error(err)
+		}
+	}
+	run := func() {
+		if !parallel {
+			buf := make([]byte, len(req))
+			for range rounds {
+				for _, c := range conns {
+					roundTrip(c, buf)
+				}
+			}
+			return
+		}
+		var wg sync.WaitGroup
+		for _, c := range conns {
+			wg.Go(func() {
+				buf := make([]byte, len(req))
+				for range rounds {
+					roundTrip(c, buf)
+				}
+			})
+		}
+		wg.Wait()
+	}
+	run() // warm: buffers, windows, the streams' frame sorters
+	var before, after runtime.MemStats
+	st0 := d.Stats()
+	runtime.ReadMemStats(&before)
+	sw0 := voluntarySwitches(tb)
+	run()
+	sw1 := voluntarySwitches(tb)
+	runtime.ReadMemStats(&after)
+	st1 := d.Stats()
+	n := float64(rounds * len(conns))
+	return pathCost{
+		allocs:  float64(after.Mallocs-before.Mallocs) / n,
+		packets: float64(st1.PacketsSent-st0.PacketsSent+st1.PacketsReceived-st0.PacketsReceived) / n,
+		wakeups: float64(sw1-sw0) / n,
+	}
+}
+
+// TestQUICRequestPathCost is the regression gate of the QUIC data path, in
+// the spirit of the pooler's TestRequestPathCost: it counts, per request
+// and reply of 40 sessions over two QUIC connections (client Dialer and
+// server front in this process, a minimal handler behind the front), the
+// heap allocations, the QUIC packets both ways and the voluntary context
+// switches of the whole process. Packets and allocations are the same on a
+// loaded machine as on an idle one; context switches vary a little with
+// scheduling, hence the wider margin. "alone" sends one request at a time
+// (a fixed-rate client whose queries seldom meet: a packet each way, plus
+// acknowledgements), "together" all sessions at once (their messages
+// share packets).
+func TestQUICRequestPathCost(t *testing.T) {
+	s := startServer(t, ServerConfig{}, replyHandler{})
+	d := newTestDialer(t, quicclient.DialerConfig{Addr: s.Addr().String(), PinSHA256: s.Fingerprint(), Conns: 2})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	conns := make([]net.Conn, 40)
+	for i := range conns {
+		c, err := d.Dial(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		conns[i] = c
+	}
+	req := make([]byte, 60) // a prepared statement's Bind/Execute/Sync
+	for _, tc := range []struct {
+		name     string
+		parallel bool
+		rounds   int
+		max      pathCost
+	}{
+		{"alone", false, 25, pathCost{allocs: 30, packets: 3, wakeups: 6}},
+		{"together", true, 50, pathCost{allocs: 30, packets: 3, wakeups: 6}},
+	} {
+		got := measurePath(t, d, conns, req, tc.rounds, tc.parallel)
+		t.Logf("MEASURE quic-path %s: %.2f allocations, %.2f packets, %.2f voluntary context switches per round trip",
+			tc.name, got.allocs, got.packets, got.wakeups)
+		if got.packets > tc.max.packets {
+			t.Errorf("%s: %.2f packets per round trip, want at most %.1f", tc.name, got.packets, tc.max.packets)
+		}
+		if raceDetector {
+			continue
+		}
+		if got.allocs > tc.max.allocs {
+			t.Errorf("%s: %.2f allocations per round trip, want at most %.0f", tc.name, got.allocs, tc.max.allocs)
+		}
+		if got.wakeups > tc.max.wakeups {
+			t.Errorf("%s: %.2f context switches per round trip, want at most %.1f", tc.name, got.wakeups, tc.max.wakeups)
+		}
+	}
+}
