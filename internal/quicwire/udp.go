@@ -1,8 +1,10 @@
 package quicwire
 
 import (
+	"bytes"
 	"net"
 	"net/netip"
+	"strconv"
 )
 
 // PacketConn returns the UDP socket as quic-go's Transport should use it:
@@ -29,18 +31,57 @@ func PacketConn(c *net.UDPConn) net.PacketConn { return newRawUDP(c) }
 // as it did without the cache).
 const addrCacheMax = 4096
 
+// peerKey is a sender's address as the kernel reported it: IPv4 addresses
+// in the first four bytes (v4 set), IPv6 with their scope (interface index).
+type peerKey struct {
+	ip    [16]byte
+	port  uint16
+	scope uint32
+	v4    bool
+}
+
 // addrCache maps a peer's address to the *net.UDPAddr handed to quic-go
 // for every packet from it. quic-go never modifies the addresses it gets.
-type addrCache map[netip.AddrPort]*net.UDPAddr
+type addrCache map[peerKey]*net.UDPAddr
 
-func (m *addrCache) get(ap netip.AddrPort) *net.UDPAddr {
-	if a, ok := (*m)[ap]; ok {
+func (m *addrCache) get(k peerKey) *net.UDPAddr {
+	if a, ok := (*m)[k]; ok {
 		return a
 	}
 	if len(*m) >= addrCacheMax || *m == nil {
 		*m = make(addrCache, 64)
 	}
-	a := net.UDPAddrFromAddrPort(ap)
-	(*m)[ap] = a
+	var a *net.UDPAddr
+	if k.v4 {
+		a = net.UDPAddrFromAddrPort(netip.AddrPortFrom(netip.AddrFrom4([4]byte(k.ip[:4])), k.port))
+	} else {
+		a = &net.UDPAddr{IP: net.IP(bytes.Clone(k.ip[:])), Port: int(k.port), Zone: zoneName(k.scope)}
+	}
+	(*m)[k] = a
 	return a
+}
+
+// zoneName returns the name of the interface with index, or the index in
+// decimal as the net package writes a zone it cannot name; "" for none.
+func zoneName(index uint32) string {
+	if index == 0 {
+		return ""
+	}
+	if ifi, err := net.InterfaceByIndex(int(index)); err == nil {
+		return ifi.Name
+	}
+	return strconv.FormatUint(uint64(index), 10)
+}
+
+// zoneIndex is zoneName's inverse: the interface index of a zone given by
+// name or number, 0 when unknown.
+func zoneIndex(zone string) uint32 {
+	if zone == "" {
+		return 0
+	}
+	if ifi, err := net.InterfaceByName(zone); err == nil {
+		return uint32(ifi.Index)
+	}
+	n, _ := strconv.ParseUint(zone, 10, 32)
+	return uint32(n)
 }

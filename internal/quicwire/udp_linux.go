@@ -5,7 +5,6 @@ package quicwire
 import (
 	"errors"
 	"net"
-	"net/netip"
 	"os"
 	"sync"
 	"syscall"
@@ -37,6 +36,8 @@ type rawUDP struct {
 	whdr    unix.Msghdr
 	wiov    unix.Iovec
 	wname   unix.RawSockaddrInet6
+	wzone   string // the last send's IPv6 zone and its interface index
+	wscope  uint32
 	wn      int
 	werr    error
 	writeFn func(fd uintptr) bool // r.writeFD, bound once
@@ -140,21 +141,18 @@ func (r *rawUDP) readFD(fd uintptr) bool {
 
 // peer returns the sender address recvmmsg wrote into sa, from the cache.
 func (r *rawUDP) peer(sa *unix.RawSockaddrInet6) net.Addr {
-	var ap netip.AddrPort
+	var k peerKey
 	switch sa.Family {
 	case unix.AF_INET:
 		sa4 := (*unix.RawSockaddrInet4)(unsafe.Pointer(sa))
-		ap = netip.AddrPortFrom(netip.AddrFrom4(sa4.Addr), ntohs(sa4.Port))
+		copy(k.ip[:], sa4.Addr[:])
+		k.port, k.v4 = ntohs(sa4.Port), true
 	case unix.AF_INET6:
-		a := netip.AddrFrom16(sa.Addr)
-		if sa.Scope_id != 0 {
-			a = a.WithZone(zoneName(sa.Scope_id))
-		}
-		ap = netip.AddrPortFrom(a, ntohs(sa.Port))
+		k.ip, k.port, k.scope = sa.Addr, ntohs(sa.Port), sa.Scope_id
 	default:
 		return nil
 	}
-	return r.addrs.get(ap)
+	return r.addrs.get(k)
 }
 
 // WriteMsgUDP sends b with the control messages oob to addr with one raw
@@ -233,11 +231,10 @@ func (r *rawUDP) sockaddr(addr *net.UDPAddr) (uint32, bool) {
 	}
 	r.wname = unix.RawSockaddrInet6{Family: unix.AF_INET6, Port: htons(addr.Port)}
 	copy(r.wname.Addr[:], ip)
-	if addr.Zone != "" {
-		if ifi, err := net.InterfaceByName(addr.Zone); err == nil {
-			r.wname.Scope_id = uint32(ifi.Index)
-		}
+	if addr.Zone != r.wzone {
+		r.wzone, r.wscope = addr.Zone, zoneIndex(addr.Zone) // looked up again only when the zone changes
 	}
+	r.wname.Scope_id = r.wscope
 	return uint32(unsafe.Sizeof(r.wname)), true
 }
 
@@ -252,7 +249,8 @@ func (r *rawUDP) opError(op string, addr net.Addr, err error) error {
 	return &net.OpError{Op: op, Net: "udp", Source: r.LocalAddr(), Addr: addr, Err: err}
 }
 
-// htons converts a port to the network byte order a sockaddr holds.
+// htons converts a port to the network byte order a sockaddr holds (the
+// architectures this file builds for are little-endian).
 func htons(port int) uint16 {
 	p := uint16(port)
 	return p<<8 | p>>8
@@ -260,11 +258,3 @@ func htons(port int) uint16 {
 
 // ntohs converts a sockaddr's port to host order.
 func ntohs(p uint16) uint16 { return p<<8 | p>>8 }
-
-// zoneName returns the name of interface index, or its number.
-func zoneName(index uint32) string {
-	if ifi, err := net.InterfaceByIndex(int(index)); err == nil {
-		return ifi.Name
-	}
-	return ""
-}
