@@ -124,19 +124,21 @@ func (r *rawUDP) readFD(fd uintptr) bool {
 	for {
 		n, _, e := syscall.RawSyscall6(unix.SYS_RECVMMSG, fd, uintptr(unsafe.Pointer(&r.hdrs[0])), uintptr(len(r.rmsgs)),
 			unix.MSG_DONTWAIT, 0, 0)
-		switch e {
-		case 0:
-			r.rn = int(n)
-			return true
-		case syscall.EINTR:
-			continue
-		case syscall.EAGAIN:
-			return false
-		default:
-			r.rerr = os.NewSyscallError("recvmmsg", e)
-			return true
+		if e != syscall.EINTR {
+			r.rn, r.rerr = int(n), callError("recvmmsg", e)
+			return e != syscall.EAGAIN
 		}
 	}
+}
+
+// callError is a raw system call's failure as the net package reports it,
+// nil for success and for EAGAIN (the caller waits in the poller and
+// calls again).
+func callError(name string, e syscall.Errno) error {
+	if e == 0 || e == syscall.EAGAIN {
+		return nil
+	}
+	return os.NewSyscallError(name, e)
 }
 
 // peer returns the sender address recvmmsg wrote into sa, from the cache.
@@ -197,17 +199,9 @@ func (r *rawUDP) WriteMsgUDP(b, oob []byte, addr *net.UDPAddr) (n, oobn int, err
 func (r *rawUDP) writeFD(fd uintptr) bool {
 	for {
 		n, _, e := syscall.RawSyscall(unix.SYS_SENDMSG, fd, uintptr(unsafe.Pointer(&r.whdr)), 0)
-		switch e {
-		case 0:
-			r.wn = int(n)
-			return true
-		case syscall.EINTR:
-			continue
-		case syscall.EAGAIN:
-			return false
-		default:
-			r.werr = os.NewSyscallError("sendmsg", e)
-			return true
+		if e != syscall.EINTR {
+			r.wn, r.werr = int(n), callError("sendmsg", e)
+			return e != syscall.EAGAIN
 		}
 	}
 }
