@@ -50,6 +50,8 @@ type mmsghdr struct {
 	_   [4]byte
 }
 
+// newRawUDP wraps c, or returns it unchanged when its raw socket or its
+// address family cannot be had.
 func newRawUDP(c *net.UDPConn) net.PacketConn {
 	rc, err := c.SyscallConn()
 	if err != nil {
@@ -70,7 +72,8 @@ func newRawUDP(c *net.UDPConn) net.PacketConn {
 // ReadBatch reads up to len(ms) datagrams with one recvmmsg(2), like
 // ipv4.PacketConn.ReadBatch (quic-go's batch reader): each message's first
 // buffer receives the datagram and OOB its control messages; N, NN, Flags
-// and Addr are set. It waits in the network poller while nothing is there.
+// and Addr are set. It waits in the network poller while nothing is there;
+// flags is ignored (the call itself never waits: MSG_DONTWAIT).
 func (r *rawUDP) ReadBatch(ms []ipv4.Message, flags int) (int, error) {
 	if len(ms) == 0 {
 		return 0, nil
