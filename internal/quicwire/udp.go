@@ -18,7 +18,7 @@ import (
 // query (internal/rawsock does the same for the pooler's TCP sockets, with
 // the figures). The wrapper also keeps the source address of each peer
 // instead of allocating one per received packet, as x/net's batch reader
-// does, and builds the destination of a send on the stack.
+// does, and writes the destination of a send into one reused sockaddr.
 //
 // The wrapper implements quic-go's OOBCapablePacketConn and its batch
 // reader (ReadBatch), so GSO, ECN and packet-info handling stay quic-go's:
