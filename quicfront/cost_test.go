@@ -195,17 +195,7 @@ func TestQUICIdleStreamCost(t *testing.T) {
 	open := func(n int) []net.Conn {
 		conns := make([]net.Conn, n)
 		for i := range conns {
-			c, err := d.Dial(ctx)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if _, err := c.Write(req); err != nil {
-				t.Fatal(err)
-			}
-			if _, err := io.ReadFull(c, buf); err != nil {
-				t.Fatal(err)
-			}
-			conns[i] = c
+			conns[i] = dialRoundTrip(ctx, t, d, req, buf)
 		}
 		return conns
 	}
@@ -238,4 +228,21 @@ func TestQUICIdleStreamCost(t *testing.T) {
 	if !raceDetector && perHeap > idleStreamHeapMax {
 		t.Errorf("%.0f heap bytes per idle stream (client and server), want at most %d", perHeap, idleStreamHeapMax)
 	}
+}
+
+// dialRoundTrip opens a stream on d, writes req and reads len(buf) bytes of
+// reply into buf, failing tb on any error; it returns the open stream.
+func dialRoundTrip(ctx context.Context, tb testing.TB, d *quicclient.Dialer, req, buf []byte) net.Conn {
+	tb.Helper()
+	c, err := d.Dial(ctx)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if _, err := c.Write(req); err != nil {
+		tb.Fatal(err)
+	}
+	if _, err := io.ReadFull(c, buf); err != nil {
+		tb.Fatal(err)
+	}
+	return c
 }
