@@ -24,6 +24,7 @@ import (
 	"github.com/pgquic/pgquic/internal/pgauth"
 	"github.com/pgquic/pgquic/internal/pgproto"
 	"github.com/pgquic/pgquic/internal/quicwire"
+	"github.com/pgquic/pgquic/internal/rawsock"
 	"github.com/pgquic/pgquic/quicclient"
 )
 
@@ -293,17 +294,24 @@ func (e *Edge) run(s *edgeSession) {
 // direction is passed on as a half-close (TCP EOF becomes the stream's FIN,
 // the stream's EOF becomes TCP's FIN); an error in either direction aborts
 // both.
+//
+// The local socket is read and written with raw system calls
+// (internal/rawsock): each query and each reply crosses it once, and a
+// net.Conn read or write there would wake the runtime's monitor thread
+// whenever the edge was idle just before, as it is between queries at a
+// moderate rate.
 func (e *Edge) pipe(tcp net.Conn, str *quicwire.Conn) {
+	local := rawsock.Wrap(tcp)
 	errc := make(chan error, 2)
 	go func() {
-		_, err := io.Copy(str, tcp)
+		_, err := io.Copy(str, local)
 		if err == nil {
 			err = str.CloseWrite()
 		}
 		errc <- err
 	}()
 	go func() {
-		_, err := io.Copy(tcp, str)
+		_, err := io.Copy(local, str)
 		if err == nil {
 			if cw, ok := tcp.(interface{ CloseWrite() error }); ok {
 				err = cw.CloseWrite()

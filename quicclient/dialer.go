@@ -492,7 +492,7 @@ func (d *Dialer) ensureTransport() error {
 	}
 	quicwire.RaiseUDPBuffers(udp, d.log)
 	d.udp = udp
-	d.tr = &quic.Transport{Conn: udp}
+	d.tr = &quic.Transport{Conn: quicwire.PacketConn(udp)}
 	return nil
 }
 

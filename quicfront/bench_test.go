@@ -20,17 +20,7 @@ func BenchmarkStreamRoundTrip(b *testing.B) {
 	msg := quictest.StartupBytes()
 	buf := make([]byte, len(msg))
 	roundTrip := func() {
-		c, err := d.Dial(ctx)
-		if err != nil {
-			b.Fatal(err)
-		}
-		if _, err := c.Write(msg); err != nil {
-			b.Fatal(err)
-		}
-		if _, err := io.ReadFull(c, buf); err != nil {
-			b.Fatal(err)
-		}
-		_ = c.Close()
+		_ = dialRoundTrip(ctx, b, d, msg, buf).Close()
 	}
 	roundTrip() // dial the connection outside the measurement
 	b.ReportAllocs()

@@ -376,7 +376,7 @@ func (s *Server) Listen() error {
 		return fmt.Errorf("quicfront: listen %s: %w", s.cfg.Addr, err)
 	}
 	quicwire.RaiseUDPBuffers(udp, s.log)
-	tr := &quic.Transport{Conn: udp, StatelessResetKey: s.srk, ConnectionIDLength: connIDLen}
+	tr := &quic.Transport{Conn: quicwire.PacketConn(udp), StatelessResetKey: s.srk, ConnectionIDLength: connIDLen}
 	var ln listener
 	if s.cfg.Allow0RTT {
 		ln, err = tr.ListenEarly(s.tlsConf, s.quicCfg)

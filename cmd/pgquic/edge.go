@@ -51,6 +51,7 @@ type edgeConfig struct {
 	cert, key            string
 	localAuth, authFile  string
 	localStartup         bool
+	procs                int
 }
 
 // runEdge is the edge subcommand.
@@ -70,6 +71,11 @@ func runEdge(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "pgquic edge: %v\n", err)
 		return 2
 	}
+	// Fewer threads, fewer cross-thread wake-ups: every query crosses the
+	// edge as a handful of goroutine hand-offs (local socket, stream, QUIC
+	// connection, UDP send and receive), each of which wakes a sleeping
+	// thread when another one is idle.
+	setProcs(ec.procs, logger)
 	if err := runEdgeWith(ctx, ec, logger); err != nil {
 		logger.Error("edge failed", "err", err)
 		return 1
@@ -96,6 +102,7 @@ func parseEdgeFlags(args []string, stdout, stderr io.Writer) (edgeConfig, error)
 	fs.BoolVar(&ec.localStartup, "local-startup", false, "answer a session's startup at the edge and send it with the first request in one flight (needs --local-auth)")
 	fs.StringVar(&ec.metricsListen, "metrics-listen", "", "`address` of a Prometheus /metrics endpoint; empty disables it")
 	fs.DurationVar(&ec.grace, "shutdown-grace", 10*time.Second, "how long shutdown waits for local clients to disconnect")
+	fs.IntVar(&ec.procs, "procs", 0, "OS threads running Go code (GOMAXPROCS); 0 means half the CPUs, at least 1")
 	fs.StringVar(&ec.logLevel, "log-level", config.DefaultLogLevel, "log `level`: debug, info, warn or error")
 	fs.StringVar(&ec.logFormat, "log-format", config.DefaultLogFormat, "log `format`: text or json")
 	fs.Usage = func() {
@@ -126,6 +133,9 @@ func parseEdgeFlags(args []string, stdout, stderr io.Writer) (edgeConfig, error)
 	}
 	if ec.grace < 0 {
 		errs = append(errs, errors.New("--shutdown-grace must not be negative"))
+	}
+	if ec.procs < 0 {
+		errs = append(errs, errors.New("--procs must not be negative"))
 	}
 	if (ec.cert == "") != (ec.key == "") {
 		errs = append(errs, errors.New("--cert and --key go together"))
