@@ -102,6 +102,16 @@ type DialerConfig struct {
 	// packets (quicwire.Coalescer): fewer packets for the pooler to receive,
 	// decrypt and acknowledge per query.
 	NoCoalescing bool
+	// SessionCacheFile keeps TLS session tickets in this file (SessionCache,
+	// OpenSessionCache), so that a new process resumes the session an
+	// earlier one established. The file lets whoever reads it resume as
+	// this client: see SessionCache. Default "": no cache, every
+	// connection makes a full handshake, as does a TLSConfig without
+	// ClientSessionCache.
+	SessionCacheFile string
+	// SessionCache, instead of SessionCacheFile, is a cache shared with
+	// other Dialers (NewSessionCache keeps it in memory). Default nil.
+	SessionCache *SessionCache
 }
 
 func (c *DialerConfig) populate() error {
@@ -144,6 +154,7 @@ type Dialer struct {
 	cfg     DialerConfig
 	log     *slog.Logger
 	tlsConf *tls.Config
+	cache   *SessionCache // nil without a session cache
 	quicCfg *quic.Config
 
 	mu      sync.Mutex
@@ -184,6 +195,9 @@ type DialerStats struct {
 	PacketsLost uint64
 	// SmoothedRTT is the mean of the live connections' smoothed RTTs.
 	SmoothedRTT time.Duration
+	// Resumed counts the live connections whose TLS handshake resumed an
+	// earlier session (SessionCacheFile, SessionCache).
+	Resumed int
 }
 
 // NewDialer validates cfg and prepares TLS; it dials nothing yet. logger nil
@@ -200,10 +214,18 @@ func NewDialer(cfg DialerConfig, logger *slog.Logger) (*Dialer, error) {
 	if err != nil {
 		return nil, err
 	}
+	cache, err := sessionCacheFor(cfg, logger)
+	if err != nil {
+		return nil, err
+	}
+	if cache != nil {
+		tc.ClientSessionCache = cache
+	}
 	d := &Dialer{
 		cfg:     cfg,
 		log:     logger,
 		tlsConf: tc,
+		cache:   cache,
 		quicCfg: &quic.Config{
 			KeepAlivePeriod:       cfg.KeepAlivePeriod,
 			MaxIdleTimeout:        cfg.IdleTimeout,
@@ -214,7 +236,7 @@ func NewDialer(cfg DialerConfig, logger *slog.Logger) (*Dialer, error) {
 		dialing: make([]chan struct{}, cfg.Conns),
 	}
 	if cfg.LocalStartup {
-		if d.local, err = localstart.New(localstart.Config{Dial: d.Dial}, logger); err != nil {
+		if d.local, err = localstart.New(localstart.Config{Dial: d.Dial, Greetings: d.GreetingStore()}, logger); err != nil {
 			return nil, fmt.Errorf("quicclient: %w", err)
 		}
 		d.localCtx, d.localStop = context.WithCancel(context.Background())
@@ -360,6 +382,9 @@ func (d *Dialer) Stats() DialerStats {
 			st.PacketsReceived += cs.PacketsReceived
 			st.PacketsLost += cs.PacketsLost
 			st.SmoothedRTT += cs.SmoothedRTT
+			if cc.conn.ConnectionState().TLS.DidResume {
+				st.Resumed++
+			}
 		}
 	}
 	if st.Conns > 0 {
@@ -554,6 +579,9 @@ func (d *Dialer) Close() error {
 	d.mu.Unlock()
 	if tr != nil {
 		_ = tr.Close()
+	}
+	if d.cache != nil {
+		d.cache.Flush()
 	}
 	if udp != nil {
 		return udp.Close()
