@@ -184,6 +184,15 @@ type Config struct {
 	// replicas sharing a certificate already share).
 	QUICStatelessResetKeyFile string `yaml:"quic_stateless_reset_key_file"`
 
+	// QUICServerID, 1 to 65535, is this replica's ID in the QUIC
+	// connection IDs it issues (after the QUIC-LB draft's plaintext
+	// mode), so a load balancer that routes by connection ID keeps a
+	// connection on its replica when the client's address changes (NAT
+	// rebinding, a client moving networks); give every replica behind one
+	// address its own. The ID is visible on the path. Default: 0 (random
+	// connection IDs, as a balancer hashing the 4-tuple needs nothing else).
+	QUICServerID int `yaml:"quic_server_id"`
+
 	// ALPN is the protocol name negotiated on QUIC connections.
 	// Default: "pgquic/1".
 	ALPN string `yaml:"alpn"`
@@ -571,6 +580,9 @@ func (c *Config) Validate() error {
 	}
 	if c.QUICMaxConnsPerSource < 0 {
 		bad("quic_max_conns_per_source: %d must not be negative", c.QUICMaxConnsPerSource)
+	}
+	if c.QUICServerID < 0 || c.QUICServerID > 0xffff {
+		bad("quic_server_id: %d must be 0 (off) or 1 to 65535", c.QUICServerID)
 	}
 	if c.QUICMaxStreams < 1 {
 		bad("quic_max_streams: %d must be at least 1", c.QUICMaxStreams)

@@ -112,6 +112,10 @@ type DialerConfig struct {
 	// SessionCache, instead of SessionCacheFile, is a cache shared with
 	// other Dialers (NewSessionCache keeps it in memory). Default nil.
 	SessionCache *SessionCache
+	// LocalAddr is the local UDP address to bind, e.g. one interface's
+	// address; Migrate binds its new socket there too unless told another.
+	// Default nil: any address, an ephemeral port.
+	LocalAddr *net.UDPAddr
 }
 
 func (c *DialerConfig) populate() error {
@@ -169,6 +173,8 @@ type Dialer struct {
 	localCtx  context.Context    // ends the local sessions at Close
 	localStop context.CancelFunc
 	localWG   sync.WaitGroup // local sessions' goroutines
+
+	retired []retiredSocket // sockets Migrate moved away from; guarded by mu
 }
 
 // clientConn is one QUIC connection and its count of open streams.
@@ -502,6 +508,18 @@ func (d *Dialer) ensureTransport() error {
 	if d.tr != nil {
 		return nil
 	}
+	udp, err := d.bindUDP(d.cfg.LocalAddr)
+	if err != nil {
+		return err
+	}
+	d.udp = udp
+	d.tr = &quic.Transport{Conn: udp}
+	return nil
+}
+
+// bindUDP binds a UDP socket on local (nil: any address, an ephemeral
+// port), of the pooler address's family.
+func (d *Dialer) bindUDP(local *net.UDPAddr) (*net.UDPConn, error) {
 	network := "udp"
 	host, _, _ := net.SplitHostPort(d.cfg.Addr)
 	if ip := net.ParseIP(host); ip != nil {
@@ -511,14 +529,12 @@ func (d *Dialer) ensureTransport() error {
 			network = "udp6"
 		}
 	}
-	udp, err := net.ListenUDP(network, nil)
+	udp, err := net.ListenUDP(network, local)
 	if err != nil {
-		return fmt.Errorf("quicclient: bind UDP socket: %w", err)
+		return nil, fmt.Errorf("quicclient: bind UDP socket: %w", err)
 	}
 	quicwire.RaiseUDPBuffers(udp, d.log)
-	d.udp = udp
-	d.tr = &quic.Transport{Conn: udp}
-	return nil
+	return udp, nil
 }
 
 // watch forgets a connection as soon as it dies, so the next Dial re-dials.
@@ -580,6 +596,7 @@ func (d *Dialer) Close() error {
 	if tr != nil {
 		_ = tr.Close()
 	}
+	d.closeRetired()
 	if d.cache != nil {
 		d.cache.Flush()
 	}

@@ -186,6 +186,7 @@ func startServer(ctx context.Context, cfg *config.Config, logger *slog.Logger) (
 			FirstStreamTimeout: cfg.StartupTimeout,
 			MaxStreamsPerConn:  cfg.QUICMaxStreams,
 			StatelessResetKey:  resetKey,
+			ServerID:           cfg.QUICServerID,
 		}, s.pooler, logger.With("component", "quic"), s.reg)
 		if err != nil {
 			return nil, err
