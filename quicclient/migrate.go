@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"sync"
 
 	"github.com/quic-go/quic-go"
 )
@@ -61,14 +62,26 @@ func (d *Dialer) Migrate(ctx context.Context, local *net.UDPAddr) error {
 	}
 	d.mu.Unlock()
 
-	var errs []error
-	for _, c := range conns {
-		if err := movePath(ctx, c, tr); err != nil {
-			errs = append(errs, fmt.Errorf("quicclient: migrate the connection from %s: %w", c.LocalAddr(), err))
+	// The connections probe at once: the move takes one round trip, not
+	// one per connection.
+	errs := make([]error, len(conns))
+	var wg sync.WaitGroup
+	for i, c := range conns {
+		wg.Go(func() {
+			if err := movePath(ctx, c, tr); err != nil {
+				errs[i] = fmt.Errorf("quicclient: migrate the connection from %s: %w", c.LocalAddr(), err)
+			}
+		})
+	}
+	wg.Wait()
+	failed := 0
+	for _, err := range errs {
+		if err != nil {
+			failed++
 		}
 	}
 	d.log.Info("QUIC connections migrated to a new local address", "local", udp.LocalAddr().String(),
-		"conns", len(conns), "failed", len(errs))
+		"conns", len(conns), "failed", failed)
 	return errors.Join(errs...)
 }
 
