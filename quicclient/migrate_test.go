@@ -6,7 +6,6 @@ import (
 	"net"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -22,84 +21,6 @@ import (
 // loopback2 is a second local address (Linux routes 127.0.0.0/8 to lo),
 // the new network a Migrate moves to.
 var loopback2 = &net.UDPAddr{IP: net.IPv4(127, 0, 0, 2)}
-
-// steadyLoad runs a query every period on each session until stop is
-// called, recording each query's start and latency and every error.
-type steadyLoad struct {
-	mu      sync.Mutex
-	starts  []time.Time
-	lat     []time.Duration
-	errs    []error
-	cancel  context.CancelFunc
-	wg      sync.WaitGroup
-	queries int
-}
-
-func startSteadyLoad(ctx context.Context, sessions []*pgconn.PgConn, period time.Duration) *steadyLoad {
-	ctx, cancel := context.WithCancel(ctx)
-	l := &steadyLoad{cancel: cancel}
-	for i, c := range sessions {
-		l.wg.Add(1)
-		go func() {
-			defer l.wg.Done()
-			tick := time.NewTicker(period)
-			defer tick.Stop()
-			for n := i; ; n += len(sessions) {
-				select {
-				case <-ctx.Done():
-					return
-				case <-tick.C:
-				}
-				start := time.Now()
-				qctx, qcancel := context.WithTimeout(context.Background(), 10*time.Second)
-				_, err := quictest.QueryInt(qctx, c, n)
-				qcancel()
-				l.mu.Lock()
-				l.starts, l.lat = append(l.starts, start), append(l.lat, time.Since(start))
-				if err != nil {
-					l.errs = append(l.errs, err)
-				}
-				l.queries++
-				l.mu.Unlock()
-			}
-		}()
-	}
-	return l
-}
-
-// stop ends the load and waits for the queries in flight.
-func (l *steadyLoad) stop() {
-	l.cancel()
-	l.wg.Wait()
-}
-
-// count returns the queries completed so far.
-func (l *steadyLoad) count() int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.queries
-}
-
-// blip returns the median latency and the worst latency of the queries
-// started within a second after at.
-func (l *steadyLoad) blip(at time.Time) (median, worst time.Duration) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	median = slices.Sorted(slices.Values(l.lat))[len(l.lat)/2]
-	for i, s := range l.starts {
-		if !s.Before(at.Add(-50*time.Millisecond)) && s.Before(at.Add(time.Second)) {
-			worst = max(worst, l.lat[i])
-		}
-	}
-	return median, worst
-}
-
-// awaitQueries waits until the load completed n more queries.
-func (l *steadyLoad) awaitQueries(t *testing.T, n int) {
-	t.Helper()
-	want := l.count() + n
-	quictest.Eventually(t, 20*time.Second, "queries going on", func() bool { return l.count() >= want })
-}
 
 // peerAddrs returns the current remote address of the sessions the
 // handlers served after the first skip[i] of handler i, as the pooler
@@ -174,9 +95,9 @@ func migrationRun(t *testing.T, d *Dialer, lb *udplb.LB, sessions int, hs ...*qu
 	sessionsBefore := started()
 	addrs0 := peerAddrs(skip, hs...)
 
-	load := startSteadyLoad(ctx, conns, 10*time.Millisecond)
-	defer load.stop()
-	load.awaitQueries(t, 20)
+	load := quictest.StartSteadyLoad(ctx, conns, 10*time.Millisecond)
+	defer load.Stop()
+	load.AwaitQueries(t, 20)
 
 	rebindAt := time.Now()
 	if n, err := lb.Rebind(); err != nil || n == 0 {
@@ -185,7 +106,7 @@ func migrationRun(t *testing.T, d *Dialer, lb *udplb.LB, sessions int, hs ...*qu
 	quictest.Eventually(t, 20*time.Second, "the servers see the rebound address", func() bool {
 		return !slices.Equal(peerAddrs(skip, hs...), addrs0)
 	})
-	load.awaitQueries(t, 50)
+	load.AwaitQueries(t, 50)
 	addrs1 := peerAddrs(skip, hs...)
 
 	moveAt := time.Now()
@@ -201,11 +122,12 @@ func migrationRun(t *testing.T, d *Dialer, lb *udplb.LB, sessions int, hs ...*qu
 		}
 		return true
 	})
-	load.awaitQueries(t, 50)
-	load.stop()
+	load.AwaitQueries(t, 50)
+	load.Stop()
 
-	if len(load.errs) != 0 {
-		t.Errorf("%d of %d queries failed, first: %v", len(load.errs), load.queries, load.errs[0])
+	queries, errs := load.Queries()
+	if len(errs) != 0 {
+		t.Errorf("%d of %d queries failed, first: %v", len(errs), queries, errs[0])
 	}
 	if got := started(); got != sessionsBefore {
 		t.Errorf("sessions started: %d, want %d (none re-established)", got, sessionsBefore)
@@ -224,9 +146,9 @@ func migrationRun(t *testing.T, d *Dialer, lb *udplb.LB, sessions int, hs ...*qu
 		name string
 		at   time.Time
 	}{{"NAT rebinding", rebindAt}, {"move to 127.0.0.2", moveAt}} {
-		median, worst := load.blip(ev.at)
-		t.Logf("%s: worst latency in the second after it %v (median of the run %v); %d queries, 0 failed",
-			ev.name, worst.Round(time.Microsecond), median.Round(time.Microsecond), load.queries)
+		median, worst := load.Blip(ev.at)
+		t.Logf("%s: worst latency in the second after it %v (median of the run %v); %d queries, %d failed",
+			ev.name, worst.Round(time.Microsecond), median.Round(time.Microsecond), queries, len(errs))
 	}
 }
 

@@ -1,0 +1,146 @@
+package deploy
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/pgquic/pgquic/internal/pgtest"
+	"github.com/pgquic/pgquic/internal/quictest"
+	"github.com/pgquic/pgquic/internal/udplb"
+	"github.com/pgquic/pgquic/quicclient"
+)
+
+// TestReplicaMigration: two `pgquic serve` processes with server IDs 1
+// and 2 (--quic-server-id) behind the connection-ID-routing balancer;
+// several Dialers run a steady query load against PostgreSQL. The client
+// addresses change twice: the balancer rebinds every flow (a NAT
+// rebinding: the replicas see new source ports) and then every Dialer
+// moves to 127.0.0.2 (Migrate). No query fails, no session is opened
+// again (each replica's session count is unchanged), and the latency
+// around each change is logged.
+func TestReplicaMigration(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts PostgreSQL and two pooler processes")
+	}
+	cluster := pgtest.New(t, pgtest.Options{})
+	cert, key, tickets, reset := writeSharedKeys(t)
+	replica := func(id int) *runningServe {
+		return startServe(t, "--backend", cluster.SuperURL("postgres"), "--tcp-listen", "", "--quic-listen", "127.0.0.1:0",
+			"--metrics-listen", "127.0.0.1:0", "--pool-size", "8", "--min-pool", "2",
+			"--tls-cert", cert, "--tls-key", key, "--quic-server-id", strconv.Itoa(id),
+			"--tls-session-ticket-keys-file", tickets, "--quic-stateless-reset-key-file", reset)
+	}
+	replicas := []*runningServe{replica(1), replica(2)}
+	lb, err := udplb.NewCIDRouting("127.0.0.1:0", []string{replicas[0].quic, replicas[1].quic}, []int{1, 2}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lb.Close()
+
+	const dialers, sessionsPer = 6, 3
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	var ds []*quicclient.Dialer
+	var conns []*pgconn.PgConn
+	for range dialers {
+		d, err := quicclient.NewDialer(quicclient.DialerConfig{Addr: lb.Addr().String(), CAFile: cert, Conns: 1}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer d.Close()
+		ds = append(ds, d)
+		pc, err := pgconn.ParseConfig(fmt.Sprintf("postgres://%s:%s@127.0.0.1/postgres?sslmode=disable&connect_timeout=10", cluster.SuperUser, cluster.SuperPassword))
+		if err != nil {
+			t.Fatal(err)
+		}
+		pc.DialFunc, pc.LookupFunc = d.DialFunc(), d.LookupFunc()
+		for range sessionsPer {
+			c, err := pgconn.ConnectConfig(ctx, pc)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close(context.Background())
+			conns = append(conns, c)
+		}
+	}
+	sessions := func() []float64 {
+		var n []float64
+		for _, r := range replicas {
+			n = append(n, scrapeMetric(t, r.metrics, `pgquic_pooler_sessions_total{transport="quic"}`))
+		}
+		return n
+	}
+	before := sessions()
+	if before[0] == 0 || before[1] == 0 {
+		t.Fatalf("sessions did not spread over both replicas: %v", before)
+	}
+
+	load := quictest.StartSteadyLoad(ctx, conns, 20*time.Millisecond)
+	defer load.Stop()
+	load.AwaitQueries(t, 100)
+	rebindAt := time.Now()
+	if n, err := lb.Rebind(); err != nil || n == 0 {
+		t.Fatalf("rebind: %d flows, %v", n, err)
+	}
+	load.AwaitQueries(t, 300)
+	moveAt := time.Now()
+	for _, d := range ds {
+		if err := d.Migrate(ctx, &net.UDPAddr{IP: net.IPv4(127, 0, 0, 2)}); err != nil {
+			t.Fatalf("migrate: %v", err)
+		}
+	}
+	load.AwaitQueries(t, 300)
+	load.Stop()
+
+	queries, errs := load.Queries()
+	if len(errs) != 0 {
+		t.Errorf("%d of %d queries failed, first: %v", len(errs), queries, errs[0])
+	}
+	if after := sessions(); after[0] != before[0] || after[1] != before[1] {
+		t.Errorf("sessions started per replica: %v before, %v after (none should be re-established)", before, after)
+	}
+	for _, d := range ds {
+		if st := d.Stats(); st.Conns != 1 {
+			t.Errorf("a Dialer has %d connections, want its 1", st.Conns)
+		}
+	}
+	if lb.CIDRouted() == 0 {
+		t.Error("nothing was routed by connection ID")
+	}
+	for _, ev := range []struct {
+		name string
+		at   time.Time
+	}{{"NAT rebinding", rebindAt}, {"move to 127.0.0.2", moveAt}} {
+		median, worst := load.Blip(ev.at)
+		t.Logf("%s: worst latency in the second after it %v (median %v); %d queries, %d failed",
+			ev.name, worst.Round(time.Microsecond), median.Round(time.Microsecond), queries, len(errs))
+	}
+}
+
+// scrapeMetric reads one series (name and labels as exposed) from a
+// /metrics endpoint.
+func scrapeMetric(t *testing.T, addr, name string) float64 {
+	t.Helper()
+	code, body, err := httpGet("http://" + addr + "/metrics")
+	if err != nil || code != 200 {
+		t.Fatalf("metrics of %s: %d %v", addr, code, err)
+	}
+	for _, line := range strings.Split(body, "\n") {
+		if v, ok := strings.CutPrefix(line, name+" "); ok {
+			f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return f
+		}
+	}
+	t.Fatalf("%s lacks %s", addr, name)
+	return 0
+}
