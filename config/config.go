@@ -171,8 +171,10 @@ type Config struct {
 	// new tickets and every line decrypts, so a key is rotated by adding a
 	// line on top and dropping the last one later. Replicas behind one
 	// address share the file so a client resumes its TLS session on any of
-	// them. Needs TLSCert. Default: none (each process makes its own keys,
-	// so resumption works only against the replica that issued the ticket).
+	// them. Needs TLSCert. The file is read again at every reload, which
+	// rotates the keys without a restart. Default: none (each process
+	// makes its own keys, so resumption works only against the replica
+	// that issued the ticket).
 	TLSSessionTicketKeysFile string `yaml:"tls_session_ticket_keys_file"`
 
 	// QUICStatelessResetKeyFile holds the secret (at least 32 bytes, e.g.
