@@ -54,8 +54,12 @@ const (
 // client until the ticket expires (the server's lifetime, up to 7 days)
 // or the server drops the ticket key that sealed it, including, with a
 // client certificate, the pooler's trust of that certificate as an edge.
-// Protect it like the client's private key: it is written with mode 0600
-// and replaced atomically (a temporary file renamed over it), and a file
+// Whoever can write it can plant a session that resumes without any check
+// of the server's certificate (crypto/tls trusts the verification the
+// session records), and so pose as the pooler. Protect it like the
+// client's private key: it is written with mode 0600 and replaced
+// atomically (a temporary file renamed over it); on Unix a file other
+// users may read or write, or that another user owns, is refused; a file
 // that cannot be parsed is ignored with a warning and overwritten by the
 // next ticket. Past sessions' traffic stays safe: TLS 1.3 resumption
 // here uses a fresh (EC)DHE exchange.
@@ -139,6 +143,13 @@ func (c *SessionCache) load() error {
 		return err
 	}
 	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return err
+	}
+	if err := checkCacheFile(fi); err != nil {
+		return err
+	}
 	b, err := io.ReadAll(io.LimitReader(f, maxSessionCacheFile+1))
 	if err != nil {
 		return err

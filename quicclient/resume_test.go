@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -119,6 +120,19 @@ func TestSessionCacheFileBadInput(t *testing.T) {
 		if c.Len() != 0 || !strings.Contains(logs.String(), "session cache file ignored") {
 			t.Errorf("%s: %d sessions, log %q", name, c.Len(), logs.String())
 		}
+	}
+	// On Unix a file others may write is refused, however well formed.
+	open := filepath.Join(dir, "open")
+	if err := os.WriteFile(open, []byte(`{"version":1,"sessions":[]}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(open, 0o622); err != nil {
+		t.Fatal(err)
+	}
+	var logs strings.Builder
+	if _, err := OpenSessionCache(open, slog.New(slog.NewTextHandler(&logs, nil))); runtime.GOOS != "windows" && (err != nil ||
+		!strings.Contains(logs.String(), "lets other users read or write it")) {
+		t.Errorf("a mode 0622 file: %v, log %q", err, logs.String())
 	}
 	if _, err := OpenSessionCache(filepath.Join(dir, "no", "such", "dir"), nil); err == nil {
 		t.Error("a cache in a missing directory was accepted")
