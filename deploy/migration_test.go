@@ -2,7 +2,6 @@ package deploy
 
 import (
 	"context"
-	"fmt"
 	"net"
 	"strconv"
 	"strings"
@@ -42,7 +41,7 @@ func TestReplicaMigration(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer lb.Close()
+	t.Cleanup(func() { _ = lb.Close() }) // after the Dialers' cleanup
 
 	const dialers, sessionsPer = 6, 3
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
@@ -50,17 +49,8 @@ func TestReplicaMigration(t *testing.T) {
 	var ds []*quicclient.Dialer
 	var conns []*pgconn.PgConn
 	for range dialers {
-		d, err := quicclient.NewDialer(quicclient.DialerConfig{Addr: lb.Addr().String(), CAFile: cert, Conns: 1}, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer d.Close()
+		d, pc := dialerThrough(t, lb, cert, cluster, 1)
 		ds = append(ds, d)
-		pc, err := pgconn.ParseConfig(fmt.Sprintf("postgres://%s:%s@127.0.0.1/postgres?sslmode=disable&connect_timeout=10", cluster.SuperUser, cluster.SuperPassword))
-		if err != nil {
-			t.Fatal(err)
-		}
-		pc.DialFunc, pc.LookupFunc = d.DialFunc(), d.LookupFunc()
 		for range sessionsPer {
 			c, err := pgconn.ConnectConfig(ctx, pc)
 			if err != nil {
@@ -114,14 +104,7 @@ func TestReplicaMigration(t *testing.T) {
 	if lb.CIDRouted() == 0 {
 		t.Error("nothing was routed by connection ID")
 	}
-	for _, ev := range []struct {
-		name string
-		at   time.Time
-	}{{"NAT rebinding", rebindAt}, {"move to 127.0.0.2", moveAt}} {
-		median, worst := load.Blip(ev.at)
-		t.Logf("%s: worst latency in the second after it %v (median %v); %d queries, %d failed",
-			ev.name, worst.Round(time.Microsecond), median.Round(time.Microsecond), queries, len(errs))
-	}
+	load.LogChanges(t, rebindAt, moveAt)
 }
 
 // scrapeMetric reads one series (name and labels as exposed) from a

@@ -142,14 +142,7 @@ func migrationRun(t *testing.T, d *Dialer, lb *udplb.LB, sessions int, hs ...*qu
 		}
 	}
 	d.mu.Unlock()
-	for _, ev := range []struct {
-		name string
-		at   time.Time
-	}{{"NAT rebinding", rebindAt}, {"move to 127.0.0.2", moveAt}} {
-		median, worst := load.Blip(ev.at)
-		t.Logf("%s: worst latency in the second after it %v (median of the run %v); %d queries, %d failed",
-			ev.name, worst.Round(time.Microsecond), median.Round(time.Microsecond), queries, len(errs))
-	}
+	load.LogChanges(t, rebindAt, moveAt)
 }
 
 // TestMigrationSurvivesRebindingAndMove: one pooler behind a balancer that

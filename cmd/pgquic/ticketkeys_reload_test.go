@@ -9,8 +9,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/quic-go/quic-go"
-
 	"github.com/pgquic/pgquic/config"
 	"github.com/pgquic/pgquic/internal/pgtest"
 )
@@ -45,20 +43,7 @@ func TestReloadRotatesTicketKeys(t *testing.T) {
 	defer cancel()
 
 	cache := &notifyingCache{tls.NewLRUClientSessionCache(4), make(chan struct{}, 1)}
-	resumes := func(s *server, wait bool) bool {
-		c, err := quic.DialAddr(ctx, s.quic.Addr().String(), &tls.Config{
-			InsecureSkipVerify: true, ServerName: "127.0.0.1", NextProtos: []string{config.DefaultALPN},
-			ClientSessionCache: cache,
-		}, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer c.CloseWithError(0, "")
-		if wait {
-			awaitTicket(t, cache)
-		}
-		return c.ConnectionState().TLS.DidResume
-	}
+	resumes := func(s *server, wait bool) bool { return quicResumes(t, ctx, s, cache, wait) }
 	resumes(a, true)
 	if resumes(b, false) {
 		t.Fatal("B resumed A's ticket with its own keys")

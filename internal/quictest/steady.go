@@ -69,6 +69,22 @@ func (l *SteadyLoad) Queries() (int, []error) {
 	return l.queries, slices.Clone(l.errs)
 }
 
+// LogChanges logs, for the rebinding at rebindAt and the move at moveAt,
+// the worst latency of the second after each beside the median, with the
+// query and error counts: the blip a migration test reports.
+func (l *SteadyLoad) LogChanges(t testing.TB, rebindAt, moveAt time.Time) {
+	t.Helper()
+	queries, errs := l.Queries()
+	for _, ev := range []struct {
+		name string
+		at   time.Time
+	}{{"NAT rebinding", rebindAt}, {"move to another local address", moveAt}} {
+		median, worst := l.Blip(ev.at)
+		t.Logf("%s: worst latency in the second after it %v (median of the run %v); %d queries, %d failed",
+			ev.name, worst.Round(time.Microsecond), median.Round(time.Microsecond), queries, len(errs))
+	}
+}
+
 // Blip returns the median latency of the whole load and the worst latency
 // of the queries started within a second after at (from 50 ms before it).
 func (l *SteadyLoad) Blip(at time.Time) (median, worst time.Duration) {
