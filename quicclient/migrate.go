@@ -28,7 +28,8 @@ type retiredSocket struct {
 // use the new socket too. It returns when every connection switched or
 // failed to; a connection that could not (the pooler disabled active
 // migration, the probe was not answered before ctx ended) stays on its old
-// path and is named in the error.
+// path and is named in the error. A connection still being dialed while
+// Migrate runs stays on the old socket.
 //
 // Behind several replicas the new path must reach the same replica: a
 // balancer hashing the 4-tuple sends it elsewhere, one routing by
