@@ -133,7 +133,7 @@ func OpenSessionCache(path string, logger *slog.Logger) (*SessionCache, error) {
 	return c, nil
 }
 
-// load reads the file into c.sessions.
+// load reads the file into c.sessions and c.greetings.
 func (c *SessionCache) load() error {
 	f, err := os.Open(c.path)
 	if errors.Is(err, fs.ErrNotExist) {
