@@ -498,7 +498,7 @@ func (d *Dialer) dialConn(ctx context.Context, tr *quic.Transport) (*quic.Conn, 
 	if err != nil {
 		return nil, fmt.Errorf("quicclient: dial %s: %w", d.cfg.Addr, err)
 	}
-	d.log.Debug("QUIC connection established", "addr", raddr.String())
+	d.log.Debug("QUIC connection established", "addr", raddr.String(), "resumed", conn.ConnectionState().TLS.DidResume)
 	return conn, nil
 }
 
