@@ -140,8 +140,8 @@ func New(cfg Config, logger *slog.Logger, reg prometheus.Registerer) (*Edge, err
 	e.baseCtx, e.baseCancel = context.WithCancel(context.Background())
 	if cfg.LocalAuth != nil {
 		var err error
-		e.local, err = localstart.New(localstart.Config{Dial: cfg.Dialer.Dial, Timeout: cfg.StartupTimeout, Greetings: cfg.Dialer.GreetingStore(),
-			Ordinary: !cfg.LocalStartup}, logger)
+		e.local, err = localstart.New(localstart.Config{Dial: cfg.Dialer.Dial, Timeout: cfg.StartupTimeout,
+			Ordinary: !cfg.LocalStartup, Greetings: cfg.Dialer.GreetingStore()}, logger)
 		if err != nil {
 			return nil, fmt.Errorf("edge: %w", err)
 		}

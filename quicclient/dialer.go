@@ -110,7 +110,8 @@ type DialerConfig struct {
 	// ClientSessionCache.
 	SessionCacheFile string
 	// SessionCache, instead of SessionCacheFile, is a cache shared with
-	// other Dialers (NewSessionCache keeps it in memory). Default nil.
+	// other Dialers (NewSessionCache keeps it in memory). Either replaces
+	// a TLSConfig's own ClientSessionCache. Default nil.
 	SessionCache *SessionCache
 	// LocalAddr is the local UDP address to bind, e.g. one interface's
 	// address; Migrate binds its new socket there too unless told another.
