@@ -182,22 +182,24 @@ func TestMigrationThroughCIDRouting(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Several Dialers (each its own client address), so connections land
-	// on both replicas.
-	var ds []*Dialer
-	for range 6 {
-		ds = append(ds, newTestDialer(t, DialerConfig{Addr: lb.Addr().String(), PinSHA256: Fingerprint(cert.Certificate[0]), Conns: 1}))
-	}
-	closeThrough(t, lb, []*prometheus.Registry{reg1, reg2}, ds...)
+	// Dialers (each its own client address) until connections landed on
+	// both replicas: the first Initial of each goes by a hash of its
+	// random connection ID. ds[0] is the one that moves.
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	for _, d := range ds[1:] {
+	newDialer := func() *Dialer {
+		return newTestDialer(t, DialerConfig{Addr: lb.Addr().String(), PinSHA256: Fingerprint(cert.Certificate[0]), Conns: 1})
+	}
+	ds := []*Dialer{newDialer()}
+	for len(ds) < 40 && (h1.Sessions.Load() == 0 || h2.Sessions.Load() == 0) {
+		d := newDialer()
+		ds = append(ds, d)
 		c := quictest.Connect(t, ctx, d)
 		if _, err := quictest.QueryInt(ctx, c, 1); err != nil {
 			t.Fatal(err)
 		}
-		defer c.Close(ctx)
 	}
+	closeThrough(t, lb, []*prometheus.Registry{reg1, reg2}, ds...)
 	if h1.Sessions.Load() == 0 || h2.Sessions.Load() == 0 {
 		t.Fatalf("sessions did not spread over both replicas: %d and %d", h1.Sessions.Load(), h2.Sessions.Load())
 	}
