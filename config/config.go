@@ -171,8 +171,10 @@ type Config struct {
 	// new tickets and every line decrypts, so a key is rotated by adding a
 	// line on top and dropping the last one later. Replicas behind one
 	// address share the file so a client resumes its TLS session on any of
-	// them. Needs TLSCert. Default: none (each process makes its own keys,
-	// so resumption works only against the replica that issued the ticket).
+	// them. Needs TLSCert. The file is read again at every reload, which
+	// rotates the keys without a restart. Default: none (each process
+	// makes its own keys, so resumption works only against the replica
+	// that issued the ticket).
 	TLSSessionTicketKeysFile string `yaml:"tls_session_ticket_keys_file"`
 
 	// QUICStatelessResetKeyFile holds the secret (at least 32 bytes, e.g.
@@ -183,6 +185,15 @@ type Config struct {
 	// Default: none (the key is derived from the TLS private key, which
 	// replicas sharing a certificate already share).
 	QUICStatelessResetKeyFile string `yaml:"quic_stateless_reset_key_file"`
+
+	// QUICServerID, 1 to 65535, is this replica's ID in the QUIC
+	// connection IDs it issues (after the QUIC-LB draft's plaintext
+	// mode), so a load balancer that routes by connection ID keeps a
+	// connection on its replica when the client's address changes (NAT
+	// rebinding, a client moving networks); give every replica behind one
+	// address its own. The ID is visible on the path. Default: 0 (random
+	// connection IDs, as a balancer hashing the 4-tuple needs nothing else).
+	QUICServerID int `yaml:"quic_server_id"`
 
 	// ALPN is the protocol name negotiated on QUIC connections.
 	// Default: "pgquic/1".
@@ -571,6 +582,9 @@ func (c *Config) Validate() error {
 	}
 	if c.QUICMaxConnsPerSource < 0 {
 		bad("quic_max_conns_per_source: %d must not be negative", c.QUICMaxConnsPerSource)
+	}
+	if c.QUICServerID < 0 || c.QUICServerID > 0xffff {
+		bad("quic_server_id: %d must be 0 (off) or 1 to 65535", c.QUICServerID)
 	}
 	if c.QUICMaxStreams < 1 {
 		bad("quic_max_streams: %d must be at least 1", c.QUICMaxStreams)

@@ -68,6 +68,7 @@ func TestGoodFiles(t *testing.T) {
 			RequireTLS:                true,
 			TLSSessionTicketKeysFile:  "/etc/pgquic/ticket-keys",
 			QUICStatelessResetKeyFile: "/etc/pgquic/reset-key",
+			QUICServerID:              7,
 			ALPN:                      "pgquic/test",
 			QUICMaxConns:              300,
 			QUICMaxConnsPerSource:     60,
@@ -164,6 +165,7 @@ func TestBadFiles(t *testing.T) {
 			"quic_max_streams: -1 must be at least 1",
 			"max_starting_per_source: -1 must be at least 1",
 			"quic_max_conns_per_source: -2 must not be negative",
+			"quic_server_id: 70000 must be 0 (off) or 1 to 65535",
 		},
 	}
 	files, err := filepath.Glob("testdata/*.bad.yml")

@@ -83,7 +83,7 @@ func TestReplicaFailover(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer lb.Close()
+	t.Cleanup(func() { _ = lb.Close() }) // after the Dialers' cleanup
 
 	const dialers, workersPer = 8, 4
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
@@ -93,17 +93,8 @@ func TestReplicaFailover(t *testing.T) {
 	var workers []*worker
 	var ds []*quicclient.Dialer
 	for i := range dialers {
-		d, err := quicclient.NewDialer(quicclient.DialerConfig{Addr: lb.Addr().String(), CAFile: cert, Conns: 2}, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer d.Close()
+		d, pc := dialerThrough(t, lb, cert, cluster, 2)
 		ds = append(ds, d)
-		pc, err := pgconn.ParseConfig(fmt.Sprintf("postgres://%s:%s@127.0.0.1/postgres?sslmode=disable&connect_timeout=10", cluster.SuperUser, cluster.SuperPassword))
-		if err != nil {
-			t.Fatal(err)
-		}
-		pc.DialFunc, pc.LookupFunc = d.DialFunc(), d.LookupFunc()
 		for range workersPer {
 			w := &worker{dialer: i}
 			workers = append(workers, w)
@@ -167,6 +158,24 @@ func TestReplicaFailover(t *testing.T) {
 	if got := lb.Flows(); got[victim] != 0 {
 		t.Errorf("flows still on the killed replica: %v", got)
 	}
+}
+
+// dialerThrough returns a Dialer with conns connections to the replicas
+// behind lb (closed when the test ends) and a pgconn configuration for
+// cluster's superuser that dials through it.
+func dialerThrough(t *testing.T, lb *udplb.LB, cert string, cluster *pgtest.Cluster, conns int) (*quicclient.Dialer, *pgconn.Config) {
+	t.Helper()
+	d, err := quicclient.NewDialer(quicclient.DialerConfig{Addr: lb.Addr().String(), CAFile: cert, Conns: conns}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = d.Close() })
+	pc, err := pgconn.ParseConfig(fmt.Sprintf("postgres://%s:%s@127.0.0.1/postgres?sslmode=disable&connect_timeout=10", cluster.SuperUser, cluster.SuperPassword))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pc.DialFunc, pc.LookupFunc = d.DialFunc(), d.LookupFunc()
+	return d, pc
 }
 
 // runWorker runs SELECT 1 in a loop on one session, reconnecting after any

@@ -142,7 +142,7 @@ func New(cfg Config, logger *slog.Logger, reg prometheus.Registerer) (*Edge, err
 	if cfg.LocalAuth != nil {
 		var err error
 		e.local, err = localstart.New(localstart.Config{Dial: cfg.Dialer.Dial, Timeout: cfg.StartupTimeout,
-			Ordinary: !cfg.LocalStartup}, logger)
+			Ordinary: !cfg.LocalStartup, Greetings: cfg.Dialer.GreetingStore()}, logger)
 		if err != nil {
 			return nil, fmt.Errorf("edge: %w", err)
 		}

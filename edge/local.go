@@ -67,6 +67,7 @@ func (e *Edge) runLocal(s *edgeSession, log *slog.Logger) {
 	}
 	if e.local.Cached(st) && st.Local && e.cfg.LocalStartup {
 		e.localStartups.Inc()
+		log.Debug("edge: startup answered locally")
 	}
 	if err := e.local.Serve(e.baseCtx, s.tcp, st); err != nil {
 		if errors.Is(err, localstart.ErrRefused) {

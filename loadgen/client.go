@@ -19,6 +19,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/pgquic/pgquic/loadgen/wan"
 )
 
 // Transport says how sessions reach the target.
@@ -201,6 +203,7 @@ type Clients struct {
 	closeDia func() error
 	liveQUIC func() int
 	quicPath func() PathStats
+	migrate  func(context.Context) error // nil for TCP
 	tcp      tcpConns
 	sessions []*session
 
@@ -228,11 +231,11 @@ func Connect(ctx context.Context, cfg ClientConfig, logger *slog.Logger) (*Clien
 	}
 	c.pg = pg
 	if cfg.Transport == QUIC {
-		dial, live, closeFn, stats, err := newQUICDial(cfg, logger)
+		qd, err := newQUICDial(cfg, logger)
 		if err != nil {
 			return nil, fmt.Errorf("%w: %w", ErrBadClientConfig, err)
 		}
-		pg.DialFunc, c.liveQUIC, c.closeDia, c.quicPath = inNetns(cfg.Netns, dial), live, closeFn, stats
+		pg.DialFunc, c.liveQUIC, c.closeDia, c.quicPath, c.migrate = inNetns(cfg.Netns, qd.dial), qd.live, qd.close, qd.stats, qd.migrate
 	} else {
 		nd := &net.Dialer{}
 		addr := cfg.dialAddr()
@@ -372,6 +375,23 @@ func (c *Clients) Workers() []Worker {
 // Reconnects counts sessions re-opened during runs after their connection
 // broke.
 func (c *Clients) Reconnects() int64 { return c.reconnects.Load() }
+
+// ErrNoMigration is returned by Migrate for TCP clients.
+var ErrNoMigration = errors.New("loadgen: only QUIC sessions can move to a new address")
+
+// Migrate moves every QUIC connection to a new local UDP port, as a client
+// whose network changed does (quicclient.Dialer.Migrate): the sessions go
+// on over the same connections. In a network namespace (Netns) the new
+// socket is bound there too.
+func (c *Clients) Migrate(ctx context.Context) error {
+	if c.migrate == nil {
+		return ErrNoMigration
+	}
+	if c.cfg.Netns == "" {
+		return c.migrate(ctx)
+	}
+	return wan.InNetns(c.cfg.Netns, func() error { return c.migrate(ctx) })
+}
 
 // QUICConns is the number of live QUIC connections (0 for TCP).
 func (c *Clients) QUICConns() int {

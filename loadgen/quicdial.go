@@ -3,6 +3,7 @@ package loadgen
 // The only file that knows which package provides the QUIC client.
 
 import (
+	"context"
 	"crypto/tls"
 	"log/slog"
 	"net"
@@ -12,11 +13,19 @@ import (
 	"github.com/pgquic/pgquic/quicclient"
 )
 
-// newQUICDial returns a pgconn DialFunc whose every call opens a stream on
-// one of cfg.Conns QUIC connections (at most cfg.Streams per connection
-// while others have room), a function counting live connections, the
-// Dialer's Close and its connections' path statistics.
-func newQUICDial(cfg ClientConfig, logger *slog.Logger) (pgconn.DialFunc, func() int, func() error, func() PathStats, error) {
+// quicDial is what Clients uses of a QUIC Dialer.
+type quicDial struct {
+	dial    pgconn.DialFunc
+	live    func() int       // live connections
+	close   func() error     // the Dialer's Close
+	stats   func() PathStats // its connections' path statistics
+	migrate func(context.Context) error
+}
+
+// newQUICDial returns a Dialer's pgconn DialFunc, whose every call opens a
+// stream on one of cfg.Conns QUIC connections (at most cfg.Streams per
+// connection while others have room), and the rest of quicDial.
+func newQUICDial(cfg ClientConfig, logger *slog.Logger) (quicDial, error) {
 	dc := quicclient.DialerConfig{
 		Addr:              cfg.dialAddr(),
 		Conns:             cfg.Conns,
@@ -40,11 +49,17 @@ func newQUICDial(cfg ClientConfig, logger *slog.Logger) (pgconn.DialFunc, func()
 	}
 	d, err := quicclient.NewDialer(dc, logger)
 	if err != nil {
-		return nil, nil, nil, nil, err
+		return quicDial{}, err
 	}
 	stats := func() PathStats {
 		st := d.Stats()
 		return PathStats{SentPackets: st.PacketsSent, LostPackets: st.PacketsLost, SRTT: st.SmoothedRTT, Conns: st.Conns}
 	}
-	return d.DialFunc(), func() int { return d.Stats().Conns }, d.Close, stats, nil
+	return quicDial{
+		dial:    d.DialFunc(),
+		live:    func() int { return d.Stats().Conns },
+		close:   d.Close,
+		stats:   stats,
+		migrate: func(ctx context.Context) error { return d.Migrate(ctx, nil) },
+	}, nil
 }

@@ -102,6 +102,21 @@ type DialerConfig struct {
 	// packets (quicwire.Coalescer): fewer packets for the pooler to receive,
 	// decrypt and acknowledge per query.
 	NoCoalescing bool
+	// SessionCacheFile keeps TLS session tickets in this file (SessionCache,
+	// OpenSessionCache), so that a new process resumes the session an
+	// earlier one established. The file lets whoever reads it resume as
+	// this client: see SessionCache. Default "": no cache, every
+	// connection makes a full handshake, as does a TLSConfig without
+	// ClientSessionCache.
+	SessionCacheFile string
+	// SessionCache, instead of SessionCacheFile, is a cache shared with
+	// other Dialers (NewSessionCache keeps it in memory). Either replaces
+	// a TLSConfig's own ClientSessionCache. Default nil.
+	SessionCache *SessionCache
+	// LocalAddr is the local UDP address to bind, e.g. one interface's
+	// address; Migrate binds its new socket there too unless told another.
+	// Default nil: any address, an ephemeral port.
+	LocalAddr *net.UDPAddr
 }
 
 func (c *DialerConfig) populate() error {
@@ -144,6 +159,7 @@ type Dialer struct {
 	cfg     DialerConfig
 	log     *slog.Logger
 	tlsConf *tls.Config
+	cache   *SessionCache // nil without a session cache
 	quicCfg *quic.Config
 
 	mu      sync.Mutex
@@ -158,6 +174,8 @@ type Dialer struct {
 	localCtx  context.Context    // ends the local sessions at Close
 	localStop context.CancelFunc
 	localWG   sync.WaitGroup // local sessions' goroutines
+
+	retired []retiredSocket // sockets Migrate moved away from; guarded by mu
 }
 
 // clientConn is one QUIC connection and its count of open streams.
@@ -184,6 +202,9 @@ type DialerStats struct {
 	PacketsLost uint64
 	// SmoothedRTT is the mean of the live connections' smoothed RTTs.
 	SmoothedRTT time.Duration
+	// Resumed counts the live connections whose TLS handshake resumed an
+	// earlier session (SessionCacheFile, SessionCache).
+	Resumed int
 }
 
 // NewDialer validates cfg and prepares TLS; it dials nothing yet. logger nil
@@ -200,10 +221,18 @@ func NewDialer(cfg DialerConfig, logger *slog.Logger) (*Dialer, error) {
 	if err != nil {
 		return nil, err
 	}
+	cache, err := sessionCacheFor(cfg, logger)
+	if err != nil {
+		return nil, err
+	}
+	if cache != nil {
+		tc.ClientSessionCache = cache
+	}
 	d := &Dialer{
 		cfg:     cfg,
 		log:     logger,
 		tlsConf: tc,
+		cache:   cache,
 		quicCfg: &quic.Config{
 			KeepAlivePeriod:       cfg.KeepAlivePeriod,
 			MaxIdleTimeout:        cfg.IdleTimeout,
@@ -214,7 +243,7 @@ func NewDialer(cfg DialerConfig, logger *slog.Logger) (*Dialer, error) {
 		dialing: make([]chan struct{}, cfg.Conns),
 	}
 	if cfg.LocalStartup {
-		if d.local, err = localstart.New(localstart.Config{Dial: d.Dial}, logger); err != nil {
+		if d.local, err = localstart.New(localstart.Config{Dial: d.Dial, Greetings: d.GreetingStore()}, logger); err != nil {
 			return nil, fmt.Errorf("quicclient: %w", err)
 		}
 		d.localCtx, d.localStop = context.WithCancel(context.Background())
@@ -360,6 +389,9 @@ func (d *Dialer) Stats() DialerStats {
 			st.PacketsReceived += cs.PacketsReceived
 			st.PacketsLost += cs.PacketsLost
 			st.SmoothedRTT += cs.SmoothedRTT
+			if cc.conn.ConnectionState().TLS.DidResume {
+				st.Resumed++
+			}
 		}
 	}
 	if st.Conns > 0 {
@@ -467,7 +499,7 @@ func (d *Dialer) dialConn(ctx context.Context, tr *quic.Transport) (*quic.Conn, 
 	if err != nil {
 		return nil, fmt.Errorf("quicclient: dial %s: %w", d.cfg.Addr, err)
 	}
-	d.log.Debug("QUIC connection established", "addr", raddr.String())
+	d.log.Debug("QUIC connection established", "addr", raddr.String(), "resumed", conn.ConnectionState().TLS.DidResume)
 	return conn, nil
 }
 
@@ -477,6 +509,18 @@ func (d *Dialer) ensureTransport() error {
 	if d.tr != nil {
 		return nil
 	}
+	udp, err := d.bindUDP(d.cfg.LocalAddr)
+	if err != nil {
+		return err
+	}
+	d.udp = udp
+	d.tr = &quic.Transport{Conn: quicwire.PacketConn(udp)}
+	return nil
+}
+
+// bindUDP binds a UDP socket on local (nil: any address, an ephemeral
+// port), of the pooler address's family.
+func (d *Dialer) bindUDP(local *net.UDPAddr) (*net.UDPConn, error) {
 	network := "udp"
 	host, _, _ := net.SplitHostPort(d.cfg.Addr)
 	if ip := net.ParseIP(host); ip != nil {
@@ -486,14 +530,12 @@ func (d *Dialer) ensureTransport() error {
 			network = "udp6"
 		}
 	}
-	udp, err := net.ListenUDP(network, nil)
+	udp, err := net.ListenUDP(network, local)
 	if err != nil {
-		return fmt.Errorf("quicclient: bind UDP socket: %w", err)
+		return nil, fmt.Errorf("quicclient: bind UDP socket: %w", err)
 	}
 	quicwire.RaiseUDPBuffers(udp, d.log)
-	d.udp = udp
-	d.tr = &quic.Transport{Conn: quicwire.PacketConn(udp)}
-	return nil
+	return udp, nil
 }
 
 // watch forgets a connection as soon as it dies, so the next Dial re-dials.
@@ -554,6 +596,10 @@ func (d *Dialer) Close() error {
 	d.mu.Unlock()
 	if tr != nil {
 		_ = tr.Close()
+	}
+	d.closeRetired()
+	if d.cache != nil {
+		d.cache.Flush()
 	}
 	if udp != nil {
 		return udp.Close()

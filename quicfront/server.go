@@ -124,6 +124,13 @@ type ServerConfig struct {
 	// sharing a certificate share it too; with a generated certificate each
 	// start has its own key and resets are useless across restarts.
 	StatelessResetKey *quic.StatelessResetKey
+	// ServerID, 1 to 65535, puts this replica's ID in every connection ID
+	// it issues (internal/quiclb's format, after the QUIC-LB draft's
+	// plaintext mode), so a balancer that routes by connection ID keeps a
+	// connection on its replica after the client's address changed. The
+	// ID is visible on the path: an observer learns which replica serves a
+	// connection. Default 0: random connection IDs.
+	ServerID int
 	// Allow0RTT accepts 0-RTT connections. Default false. Even when on, a
 	// stream's session starts only after the handshake completed, so nothing
 	// past the startup packet is processed on replayable data.
@@ -179,7 +186,7 @@ func (c *ServerConfig) populate() error {
 	if c.StreamStartupTimeout < 0 || c.IdleTimeout < 0 || c.FirstStreamTimeout < 0 {
 		return errors.New("quicfront: timeouts must not be negative")
 	}
-	return nil
+	return c.validateServerID()
 }
 
 // serverMetrics are the pgquic_quic_* series.
@@ -376,7 +383,8 @@ func (s *Server) Listen() error {
 		return fmt.Errorf("quicfront: listen %s: %w", s.cfg.Addr, err)
 	}
 	quicwire.RaiseUDPBuffers(udp, s.log)
-	tr := &quic.Transport{Conn: quicwire.PacketConn(udp), StatelessResetKey: s.srk, ConnectionIDLength: connIDLen}
+	tr := &quic.Transport{Conn: quicwire.PacketConn(udp), StatelessResetKey: s.srk, ConnectionIDLength: connIDLen,
+		ConnectionIDGenerator: s.cfg.cidGenerator()}
 	var ln listener
 	if s.cfg.Allow0RTT {
 		ln, err = tr.ListenEarly(s.tlsConf, s.quicCfg)
@@ -459,6 +467,9 @@ func (s *Server) admit(conn *quic.Conn) {
 		return
 	}
 	if s.bySource[src] >= s.cfg.MaxConnsPerSource {
+		s.resyncSources()
+	}
+	if s.bySource[src] >= s.cfg.MaxConnsPerSource {
 		s.mu.Unlock()
 		s.m.connsRefused.Inc()
 		s.log.Warn("QUIC connection refused: MaxConnsPerSource reached", "remote", conn.RemoteAddr().String(),
@@ -477,7 +488,7 @@ func (s *Server) admit(conn *quic.Conn) {
 	}
 	s.connSeq++
 	// Peer.Conn names the connection ("quic-" and its sequence number).
-	sc := &serverConn{conn: conn, source: src, peer: front.Peer{Addr: conn.RemoteAddr(), Transport: "quic",
+	sc := &serverConn{conn: conn, source: src, peer: front.Peer{Addr: liveAddr{conn}, Transport: "quic",
 		Conn: "quic-" + strconv.FormatUint(s.connSeq, 10), Secure: true}}
 	s.conns[sc] = struct{}{}
 	s.bySource[src]++
@@ -530,6 +541,7 @@ func (s *Server) runConn(sc *serverConn) {
 		}
 		sconn := quicwire.NewConn(str, conn, nil)
 		s.mu.Lock()
+		s.followSource(sc, log)
 		if s.draining || s.closed {
 			s.mu.Unlock()
 			s.m.streamsRefused.WithLabelValues("shutdown").Inc()

@@ -38,6 +38,8 @@ result) on each path across the WAN relay, beside the model's round trips:
   quic           a fresh QUIC connection each     3 RTT (QUIC handshake, startup, query)
   edge           pgquic edge, warm connection     2 RTT (startup, query)
   edge-local     edge with --local-startup        1 RTT (startup and query in one flight)
+  quic-resumed   a new process with --session-cache and local startup:
+                                                  2 RTT (resumed handshake, startup and query)
 It starts a throwaway PostgreSQL, two in-process poolers (trust with
 --edge-trust, and SCRAM) and the relays, and prints median and p99.
 
@@ -52,6 +54,7 @@ type connectPath struct {
 
 var connectPaths = []connectPath{
 	{"tcp", 3}, {"tcp+tls", 5}, {"tcp+tls+scram", 7}, {"quic", 3}, {"edge", 2}, {"edge-local", 1},
+	{"quic-resumed", 2},
 }
 
 // connectResult is one path's measurement, as --json writes it.
@@ -327,6 +330,8 @@ func connectBench(ctx context.Context, rtt time.Duration, n int, paths []connect
 				cfg.DialFunc, cfg.LookupFunc = d.DialFunc(), d.LookupFunc()
 				return firstRow(ctx, cfg)
 			}
+		case "quic-resumed":
+			session = resumedSession(quicA, pin, edgeCert, edgeKey, filepath.Join(dir, "session-cache"), url("quic", "sslmode=disable"), logger)
 		case "edge", "edge-local":
 			addr, err := startEdge(p.name == "edge-local")
 			if err != nil {
@@ -426,3 +431,31 @@ func certFileFingerprint(path string) (string, error) {
 
 // ms converts a duration to milliseconds.
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// resumedSession returns the quic-resumed path's session: what a new
+// process does, a fresh Dialer (new UDP socket, new QUIC connection) with
+// the ticket and the greeting an earlier one left in the session cache
+// file, and local startup. It fails when the handshake did not resume.
+func resumedSession(addr, pin, cert, key, cacheFile, connString string, logger *slog.Logger) func(context.Context) error {
+	return func(ctx context.Context) error {
+		d, err := quicclient.NewDialer(quicclient.DialerConfig{Addr: addr, Conns: 1, PinSHA256: pin,
+			CertFile: cert, KeyFile: key, LocalStartup: true, SessionCacheFile: cacheFile}, logger)
+		if err != nil {
+			return err
+		}
+		defer d.Close()
+		cfg, err := pgconn.ParseConfig(connString)
+		if err != nil {
+			return err
+		}
+		cfg.DialFunc, cfg.LookupFunc = d.DialFunc(), d.LookupFunc()
+		earlier := d.GreetingStore() != nil && len(d.GreetingStore().LoadGreetings()) > 0
+		if err := firstRow(ctx, cfg); err != nil {
+			return err
+		}
+		if earlier && d.Stats().Resumed == 0 {
+			return errors.New("the TLS session was not resumed")
+		}
+		return nil
+	}
+}

@@ -33,7 +33,8 @@ func TestConnectBenchFlags(t *testing.T) {
 // TestConnectBench runs every path at a 20 ms round trip, three sessions
 // each: the JSON names each path with its model, every session crossed at
 // least the model's round trips, and local startup beats the edge's
-// ordinary path, which beats a fresh QUIC connection.
+// ordinary path, which beats a fresh QUIC connection, which a new process
+// resuming with its session cache file beats too.
 func TestConnectBench(t *testing.T) {
 	if _, err := pgtest.Binaries(); err != nil {
 		if os.Getenv("CI") == "true" {
@@ -87,5 +88,9 @@ func TestConnectBench(t *testing.T) {
 	}
 	if !(med["edge-local"] < med["edge"] && med["edge"] < med["quic"]) {
 		t.Errorf("medians %v: want edge-local < edge < quic", med)
+	}
+	// A new process with the cache file saves the startup round trip.
+	if !(med["quic-resumed"] < med["quic"]) {
+		t.Errorf("medians %v: want quic-resumed < quic", med)
 	}
 }

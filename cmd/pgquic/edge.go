@@ -52,6 +52,7 @@ type edgeConfig struct {
 	localAuth, authFile  string
 	localStartup         bool
 	procs                int
+	sessionCache         string
 }
 
 // runEdge is the edge subcommand.
@@ -100,6 +101,7 @@ func parseEdgeFlags(args []string, stdout, stderr io.Writer) (edgeConfig, error)
 	fs.StringVar(&ec.localAuth, "local-auth", "", "authenticate local clients at the edge: `method` trust (loopback listener only), md5 or scram-sha-256; default: the pooler authenticates")
 	fs.StringVar(&ec.authFile, "auth-file", "", "PgBouncer-format userlist `file` for --local-auth md5 or scram-sha-256")
 	fs.BoolVar(&ec.localStartup, "local-startup", false, "answer a session's startup at the edge and send it with the first request in one flight (needs --local-auth)")
+	fs.StringVar(&ec.sessionCache, "session-cache", "", "keep TLS session tickets in `FILE` (mode 0600) so a restarted edge resumes its TLS sessions; whoever reads the file can resume as this edge until the tickets expire or the pooler rotates its ticket keys; default: none")
 	fs.StringVar(&ec.metricsListen, "metrics-listen", "", "`address` of a Prometheus /metrics endpoint; empty disables it")
 	fs.DurationVar(&ec.grace, "shutdown-grace", 10*time.Second, "how long shutdown waits for local clients to disconnect")
 	fs.IntVar(&ec.procs, "procs", 0, "OS threads running Go code (GOMAXPROCS); 0 means half the CPUs, at least 1")
@@ -205,6 +207,7 @@ func runEdgeWith(ctx context.Context, ec edgeConfig, logger *slog.Logger) error 
 		PinSHA256:         ec.pin,
 		Insecure:          ec.insecure,
 		MaxStreamsPerConn: ec.streams,
+		SessionCacheFile:  ec.sessionCache,
 	}, logger.With("component", "dialer"))
 	if err != nil {
 		return err

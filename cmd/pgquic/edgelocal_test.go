@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -23,25 +24,37 @@ import (
 // returns its listen address and logs.
 func startEdge(t *testing.T, ec edgeConfig) (string, *lockedBuffer) {
 	t.Helper()
+	addr, logs, _ := startStoppableEdge(t, ec)
+	return addr, logs
+}
+
+// startStoppableEdge runs the edge subcommand's wiring until stop is
+// called or the test ends, and returns its listen address and logs.
+func startStoppableEdge(t *testing.T, ec edgeConfig) (string, *lockedBuffer, func()) {
+	t.Helper()
 	logs := &lockedBuffer{}
-	ctx, stop := context.WithCancel(context.Background())
+	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
 		done <- runEdgeWith(ctx, ec, slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})))
 	}()
-	t.Cleanup(func() {
-		stop()
-		if err := <-done; err != nil {
-			t.Errorf("edge: %v", err)
-		}
-	})
+	var once sync.Once
+	stop := func() {
+		once.Do(func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("edge: %v", err)
+			}
+		})
+	}
+	t.Cleanup(stop)
 	var addr string
 	waitFor(t, func() bool {
 		_, after, ok := strings.Cut(logs.String(), `msg="pgquic edge ready" listen=`)
 		addr, _, _ = strings.Cut(after, " ")
 		return ok
 	})
-	return addr, logs
+	return addr, logs, stop
 }
 
 // rawSession starts a session through a trust edge with pgproto3 and
@@ -343,5 +356,50 @@ func TestEdgeLocalFlags(t *testing.T) {
 	}
 	if _, err := parseEdgeFlags(append(base, "--local-auth", "trust", "--listen", "localhost:5433", "--local-startup"), io.Discard, io.Discard); err != nil {
 		t.Errorf("trust on localhost: %v", err)
+	}
+}
+
+// TestEdgeSessionCacheRestart: an edge with --session-cache learns the
+// pooler's TLS ticket and a greeting; a new edge on the same file (a
+// restarted process) resumes its TLS session and answers its very first
+// session's startup locally. The file is mode 0600.
+func TestEdgeSessionCacheRestart(t *testing.T) {
+	edgeCert, edgeKey, edgeFP := clientCert(t)
+	srv, _, cluster, _ := edgeTrustServer(t, func(super string) string {
+		return fmt.Sprintf("%s %s postgres\n", edgeFP, super)
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	cache := filepath.Join(t.TempDir(), "edge-session-cache")
+	ec := edgeConfig{listen: "127.0.0.1:0", pooler: srv.quic.Addr().String(), pin: srv.quic.Fingerprint(),
+		conns: 1, streams: 100, grace: 5 * time.Second, cert: edgeCert, key: edgeKey,
+		localAuth: "trust", localStartup: true, sessionCache: cache}
+	session := func(addr string) {
+		c, err := pgconn.Connect(ctx, fmt.Sprintf("postgres://%s@%s/postgres?sslmode=disable&application_name=t", cluster.SuperUser, addr))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close(ctx)
+		if res, err := c.Exec(ctx, "SELECT 1").ReadAll(); err != nil || string(res[0].Rows[0][0]) != "1" {
+			t.Fatalf("SELECT 1: %v %v", res, err)
+		}
+	}
+
+	addr, logs, stop := startStoppableEdge(t, ec)
+	session(addr)
+	stop() // Close writes what the cache still had pending
+	if strings.Contains(logs.String(), "resumed=true") || strings.Contains(logs.String(), "startup answered locally") {
+		t.Fatalf("the first edge resumed or answered locally:\n%s", logs.String())
+	}
+	if fi, err := os.Stat(cache); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("cache file: %v %v", fi, err)
+	}
+
+	addr, logs, _ = startStoppableEdge(t, ec)
+	session(addr)
+	for _, want := range []string{"resumed=true", "startup answered locally"} {
+		if !strings.Contains(logs.String(), want) {
+			t.Errorf("the restarted edge's logs lack %q:\n%s", want, logs.String())
+		}
 	}
 }

@@ -170,6 +170,26 @@ func awaitTicket(t *testing.T, c *notifyingCache) {
 	}
 }
 
+// quicResumes dials s over QUIC with a plain quic-go client (which exposes
+// DidResume) on cache, and reports whether the handshake resumed; with
+// wait it keeps the connection open until the ticket, which follows the
+// handshake, arrived.
+func quicResumes(t *testing.T, ctx context.Context, s *server, cache *notifyingCache, wait bool) bool {
+	t.Helper()
+	c, err := quic.DialAddr(ctx, s.quic.Addr().String(), &tls.Config{
+		InsecureSkipVerify: true, ServerName: "127.0.0.1", NextProtos: []string{config.DefaultALPN},
+		ClientSessionCache: cache,
+	}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.CloseWithError(0, "")
+	if wait {
+		awaitTicket(t, cache)
+	}
+	return c.ConnectionState().TLS.DidResume
+}
+
 // TestSharedSessionTicketKeys: two replicas with the same certificate and
 // --tls-session-ticket-keys-file resume each other's TLS sessions, over
 // TCP and over QUIC; with their own keys they do not.
@@ -227,24 +247,8 @@ func TestSharedSessionTicketKeys(t *testing.T) {
 
 			// QUIC: a plain quic-go client, which exposes DidResume.
 			qcache := &notifyingCache{tls.NewLRUClientSessionCache(4), make(chan struct{}, 1)}
-			quicConn := func(s *server, wait bool) bool {
-				c, err := quic.DialAddr(ctx, s.quic.Addr().String(), &tls.Config{
-					InsecureSkipVerify: true, ServerName: "127.0.0.1", NextProtos: []string{config.DefaultALPN},
-					ClientSessionCache: qcache,
-				}, nil)
-				if err != nil {
-					t.Fatal(err)
-				}
-				defer c.CloseWithError(0, "")
-				if wait {
-					// The ticket follows the handshake: keep the
-					// connection open until it arrived.
-					awaitTicket(t, qcache)
-				}
-				return c.ConnectionState().TLS.DidResume
-			}
-			quicConn(a, true)
-			if got := quicConn(b, false); got != tc.shared {
+			quicResumes(t, ctx, a, qcache, true)
+			if got := quicResumes(t, ctx, b, qcache, false); got != tc.shared {
 				t.Errorf("QUIC: resumed on the other replica = %v, want %v", got, tc.shared)
 			}
 		})

@@ -7,9 +7,12 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 
 	"github.com/quic-go/quic-go"
+
+	"github.com/pgquic/pgquic/config"
 )
 
 // minSecretLen is the least length, in bytes or characters, of a secret in
@@ -71,4 +74,48 @@ func loadResetKey(path string) (*quic.StatelessResetKey, error) {
 	var key quic.StatelessResetKey
 	copy(key[:], h.Sum(nil))
 	return &key, nil
+}
+
+// reloadTicketKeys reads next's session-ticket keys file again at every
+// reload, so a rotation (a new first line, an old one dropped) takes
+// effect without a restart. Keys set at start cannot be turned back into
+// crypto/tls's automatic per-process keys, so removing the file from the
+// configuration waits for a restart (moved from applied to restart).
+// It returns nil keys when nothing is to be set.
+func (s *server) reloadTicketKeys(prev, next *config.Config, applied, restart []string) ([][32]byte, []string, []string, error) {
+	const key = "tls_session_ticket_keys_file"
+	if next.TLSSessionTicketKeysFile == "" {
+		if prev.TLSSessionTicketKeysFile != "" {
+			applied = slices.DeleteFunc(applied, func(k string) bool { return k == key })
+			restart = append(restart, key)
+		}
+		return nil, applied, restart, nil
+	}
+	if prev.TLSSessionTicketKeysFile == "" {
+		// Per-process keys so far: the fronts' configurations were built
+		// without the file; setting keys now works the same.
+		if !slices.Contains(applied, key) {
+			applied = append(applied, key)
+		}
+	}
+	keys, err := loadTicketKeys(next.TLSSessionTicketKeysFile)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	return keys, applied, restart, nil
+}
+
+// setTicketKeys gives both fronts the ticket keys a reload read; nil does
+// nothing.
+func (s *server) setTicketKeys(keys [][32]byte) {
+	if keys == nil {
+		return
+	}
+	s.logger.Info("TLS session ticket keys set from the keys file", "keys", len(keys))
+	if s.tcpTLS != nil {
+		s.tcpTLS.SetSessionTicketKeys(keys)
+	}
+	if s.quic != nil {
+		s.quic.SetSessionTicketKeys(keys)
+	}
 }

@@ -87,6 +87,9 @@ type rampConfig struct {
 	from, to float64
 	duration time.Duration
 	poisson  bool
+	// migrateAt are the times into each QUIC run at which its connections
+	// move to a new local address (--migrate-at).
+	migrateAt durationList
 
 	tcpConns, quicConns, streams int
 	query                        string
@@ -229,6 +232,7 @@ func parseRampFlags(args []string, stdout, stderr io.Writer) (*rampConfig, error
 	fs.Var(qpsFlag{&rc.from}, "from", "offered `rate` at the start of the ramp, q/s")
 	fs.Var(qpsFlag{&rc.to}, "to", "offered `rate` at the end of the ramp, q/s")
 	fs.Var(durationFlag{&rc.duration}, "duration", "length of the ramp")
+	fs.Var(&rc.migrateAt, "migrate-at", "comma-separated `times` into each QUIC run (e.g. 10s,20s) at which the clients' QUIC connections move to a new local UDP port (probed, then switched; the sessions go on): the report lists each move and the latency around it")
 	fs.BoolVar(&rc.poisson, "poisson", false, "Poisson arrivals along the ramp instead of evenly spaced ones")
 	fs.IntVar(&rc.tcpConns, "tcp-conns", defaultRampTCPConns, "TCP connections (one session each)")
 	fs.IntVar(&rc.quicConns, "quic-conns", defaultRampQUICConns, "QUIC connections")
@@ -342,6 +346,7 @@ func (rc *rampConfig) validate() error {
 	if rc.duration <= 0 {
 		bad("--duration must be positive (got %v)", rc.duration)
 	}
+	rc.validateMigrateAt(bad)
 	runs := rc.transports()
 	for _, tr := range runs {
 		switch tr {

@@ -277,6 +277,9 @@ func printSummary(w io.Writer, rep *report.Report, results []rampResult) {
 		if r.run.Reconnects > 0 {
 			notes = append(notes, fmt.Sprintf("%s: %d sessions reconnected during the run", r.label, r.run.Reconnects))
 		}
+		for _, m := range r.run.Migrations {
+			notes = append(notes, migrationNote(r.label, m, r.run.LatencyMs.P50))
+		}
 	}
 	notes = append(notes, "WAN emulation: "+rep.Scenario.WAN+" mode")
 	if rep.Scenario.WANNote != "" {

@@ -586,6 +586,7 @@ func (rs *rampSession) runTransport(ctx context.Context, tr loadgen.Transport) (
 	// the run's, not the connection set-up's.
 	emuStart, snapErr := emu.Snapshot(5 * time.Second)
 	sampler := startCPUSampler(emu, clients)
+	moves := startMigrator(ctx, rc.migrateAt, tr, clients, rs.out, label)
 	res, err := loadgen.Run(ctx, loadgen.RunConfig{
 		Schedule: rc.schedule(),
 		Grace:    time.Second + 2*rc.rtt,
@@ -595,10 +596,12 @@ func (rs *rampSession) runTransport(ctx context.Context, tr loadgen.Transport) (
 	emuEnd, _ := emu.CPU()
 	pathEnd := clients.PathStats()
 	if err != nil {
+		moves.finish(nil)
 		_ = clients.Close()
 		return nil, fmt.Errorf("%s: %w", label, err)
 	}
 	run := res.ReportRun(clients)
+	run.Migrations = moves.finish(run.Seconds)
 	_ = clients.Close()
 	stats, serr := emu.Stop()
 	stopped = true

@@ -69,7 +69,7 @@ func (r *reloadable) certificate(*tls.ClientHelloInfo) (*tls.Certificate, error)
 var reloadKeys = []string{
 	"backend", "databases", "pool_size", "min_pool", "max_pools", "pool_idle_timeout",
 	"server_lifetime", "server_idle_timeout", "server_connect_timeout",
-	"auth", "edge_trust", "tls_cert", "tls_key", "admin_users",
+	"auth", "edge_trust", "tls_cert", "tls_key", "tls_session_ticket_keys_file", "admin_users",
 	"query_wait_timeout", "idle_transaction_timeout", "client_idle_timeout", "query_timeout",
 	"shutdown_grace",
 }
@@ -126,6 +126,10 @@ func (s *server) Reload(ctx context.Context, next *config.Config) (applied, rest
 	if err != nil {
 		return nil, nil, fmt.Errorf("%w: %w", ErrReloadRejected, err)
 	}
+	ticketKeys, applied, restart, err := s.reloadTicketKeys(prev, next, applied, restart)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%w: %w", ErrReloadRejected, err)
+	}
 	var cert *tls.Certificate
 	if next.TLSCert != "" {
 		c, err := tls.LoadX509KeyPair(next.TLSCert, next.TLSKey)
@@ -152,6 +156,7 @@ func (s *server) Reload(ctx context.Context, next *config.Config) (applied, rest
 	}
 	s.live.authn.Store(authn)
 	s.live.edges.Store(edges)
+	s.setTicketKeys(ticketKeys)
 	if cert != nil {
 		s.live.cert.Store(cert)
 	}

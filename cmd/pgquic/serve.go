@@ -116,6 +116,7 @@ func parseServeFlags(args []string, stdout, stderr io.Writer) (*config.Config, e
 		requireTLS  = fs.Bool("require-tls", false, "refuse TCP clients that do not use TLS (needs --tls-cert)")
 		ticketKeys  = fs.String("tls-session-ticket-keys-file", "", "`file` of TLS session-ticket secrets shared by replicas, TCP and QUIC (one per line, >= 32 characters, the first encrypts; needs --tls-cert); default: per process")
 		resetKey    = fs.String("quic-stateless-reset-key-file", "", "`file` holding the QUIC stateless-reset secret (>= 32 bytes) shared by replicas behind one address; default: derived from the TLS key")
+		serverID    = fs.Int("quic-server-id", 0, "this replica's `ID` (1-65535) in its QUIC connection IDs, for a load balancer routing by connection ID (QUIC-LB style) so connections survive client address changes; visible on the path; 0 = random IDs")
 		alpn        = fs.String("alpn", config.DefaultALPN, "QUIC application protocol `name`")
 		quicPerSrc  = fs.Int("quic-max-conns-per-source", 0, "QUIC connections one client source (IPv4 address, IPv6 /64) may hold; 0 means a quarter of quic_max_conns")
 		authMethod  = fs.String("auth-method", config.DefaultAuthMethod, "client authentication `method`: trust, scram-sha-256, md5 or password; trust must be given explicitly on a listen address other than loopback")
@@ -188,6 +189,8 @@ func parseServeFlags(args []string, stdout, stderr io.Writer) (*config.Config, e
 			cfg.TLSSessionTicketKeysFile = *ticketKeys
 		case "quic-stateless-reset-key-file":
 			cfg.QUICStatelessResetKeyFile = *resetKey
+		case "quic-server-id":
+			cfg.QUICServerID = *serverID
 		case "alpn":
 			cfg.ALPN = *alpn
 		case "quic-max-conns-per-source":

@@ -62,6 +62,8 @@ type server struct {
 	forceOnce sync.Once
 
 	live reloadable // what a configuration reload replaces (reload.go)
+
+	tcpTLS *tls.Config // the TCP front's TLS configuration, nil without TLS
 }
 
 // errForced is Run's result when Force cut the drain short.
@@ -155,6 +157,7 @@ func startServer(ctx context.Context, cfg *config.Config, logger *slog.Logger) (
 			ttls = tlsConf.Clone()
 			ttls.Certificates = nil
 			ttls.GetCertificate = s.live.certificate
+			s.tcpTLS = ttls // a reload rotates its ticket keys
 		}
 		s.tcp, err = tcpfront.New(tcpfront.Config{
 			Addr:       cfg.TCPListen,
@@ -186,6 +189,7 @@ func startServer(ctx context.Context, cfg *config.Config, logger *slog.Logger) (
 			FirstStreamTimeout: cfg.StartupTimeout,
 			MaxStreamsPerConn:  cfg.QUICMaxStreams,
 			StatelessResetKey:  resetKey,
+			ServerID:           cfg.QUICServerID,
 		}, s.pooler, logger.With("component", "quic"), s.reg)
 		if err != nil {
 			return nil, err

@@ -138,6 +138,9 @@ type Config struct {
 	// startup parameter set); beyond it the oldest half is dropped.
 	// Default 1024.
 	MaxCached int
+	// Greetings, when set, seeds the cache at New and keeps every
+	// greeting learned or changed, for the next process. Default nil.
+	Greetings GreetingStore
 }
 
 // Server answers startups locally for many sessions: it holds the cache of
@@ -177,7 +180,9 @@ func New(cfg Config, logger *slog.Logger) (*Server, error) {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	return &Server{cfg: cfg, log: logger, cache: map[string][]param{}, keys: map[uint32]*session{}}, nil
+	s := &Server{cfg: cfg, log: logger, cache: map[string][]param{}, keys: map[uint32]*session{}}
+	s.seed()
+	return s, nil
 }
 
 // Cached reports whether a greeting is cached for st, so its session
@@ -387,7 +392,9 @@ func diff(cached, got []param) []param {
 func (s *Server) store(key string, params []param) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if _, ok := s.cache[key]; !ok {
+	old, had := s.cache[key]
+	defer s.persist(key, old, had, params)
+	if !had {
 		if len(s.order) >= s.cfg.MaxCached {
 			drop := len(s.order) / 2
 			for _, k := range s.order[:drop] {

@@ -10,6 +10,12 @@
 // (ECONNREFUSED on the connected socket, which is what a killed process
 // leaves behind); the flow's next packet then goes to another backend,
 // as a Service does once the dead endpoint's conntrack entries are gone.
+//
+// NewCIDRouting makes it a QUIC-LB style balancer instead: packets are
+// routed by the server ID in their destination connection ID
+// (internal/quiclb), so a connection stays on its replica when the
+// client's address changes; other IDs (the client's first Initial
+// packets) are routed by a hash of the ID.
 package udplb
 
 import (
@@ -18,9 +24,12 @@ import (
 	"hash/fnv"
 	"log/slog"
 	"net"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"syscall"
+
+	"github.com/pgquic/pgquic/internal/quiclb"
 )
 
 // LB forwards datagrams between clients and backends. It is safe for
@@ -29,6 +38,10 @@ type LB struct {
 	front    *net.UDPConn
 	backends []*backend
 	log      *slog.Logger
+
+	// byID maps a server ID to its backend; nil routes by client address.
+	byID      map[int]int
+	cidRouted atomic.Int64 // datagrams routed by a decoded server ID
 
 	mu     sync.Mutex
 	flows  map[string]*flow
@@ -52,13 +65,42 @@ type flow struct {
 // New listens on listen (e.g. "127.0.0.1:0") and balances over backends.
 // logger nil discards logs.
 func New(listen string, backends []string, logger *slog.Logger) (*LB, error) {
+	return newLB(listen, backends, nil, logger)
+}
+
+// NewCIDRouting is New routing by connection ID: serverIDs[i] is the
+// server ID backend i puts in its connection IDs (quicfront's ServerID).
+// A datagram whose destination connection ID carries a known server ID
+// goes to that backend while it is up; any other ID (the client's first
+// Initial packets, chosen at random), or one whose backend is down, goes
+// by a hash of the ID to a backend up (which answers a connection it does
+// not know with a stateless reset); a datagram too short for a connection
+// ID by the client's address. Each client
+// address and backend pair has its own upstream socket, so a client whose
+// address changed reaches its replica from a new address, as through a
+// real balancer.
+func NewCIDRouting(listen string, backends []string, serverIDs []int, logger *slog.Logger) (*LB, error) {
+	if len(serverIDs) != len(backends) {
+		return nil, errors.New("udplb: one server ID per backend")
+	}
+	byID := map[int]int{}
+	for i, id := range serverIDs {
+		if _, dup := byID[id]; dup {
+			return nil, fmt.Errorf("udplb: server ID %d given twice", id)
+		}
+		byID[id] = i
+	}
+	return newLB(listen, backends, byID, logger)
+}
+
+func newLB(listen string, backends []string, byID map[int]int, logger *slog.Logger) (*LB, error) {
 	if len(backends) == 0 {
 		return nil, errors.New("udplb: no backends")
 	}
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	lb := &LB{log: logger, flows: map[string]*flow{}}
+	lb := &LB{log: logger, flows: map[string]*flow{}, byID: byID}
 	for _, b := range backends {
 		a, err := net.ResolveUDPAddr("udp", b)
 		if err != nil {
@@ -92,6 +134,32 @@ func (lb *LB) Flows() []int {
 	return n
 }
 
+// Rebind gives every flow a new upstream socket, so the backends see each
+// client from a new source port: what a NAT that forgot its mappings (or
+// rebound them) does to a QUIC client, which knows nothing of it. Datagrams
+// the backends send to the old ports are lost. It returns how many flows
+// were rebound.
+func (lb *LB) Rebind() (int, error) {
+	lb.mu.Lock()
+	defer lb.mu.Unlock()
+	if lb.closed {
+		return 0, net.ErrClosed
+	}
+	n := 0
+	for key, f := range lb.flows {
+		if _, err := lb.newFlow(key, f.client, f.backend); err != nil {
+			return n, err
+		}
+		_ = f.up.Close() // its back goroutine ends
+		n++
+	}
+	return n, nil
+}
+
+// CIDRouted returns how many datagrams were routed by the server ID in
+// their connection ID (NewCIDRouting).
+func (lb *LB) CIDRouted() int64 { return lb.cidRouted.Load() }
+
 // Failovers returns how many flows were moved away from backend i because
 // it was down.
 func (lb *LB) Failovers(i int) int64 { return lb.backends[i].failover.Load() }
@@ -114,8 +182,13 @@ func (lb *LB) Close() error {
 // pick returns the backend for a client: the first one up, starting at the
 // client's hash, so clients spread and keep their backend while it lives.
 func (lb *LB) pick(client *net.UDPAddr) (int, error) {
+	return lb.pickFrom([]byte(client.String()))
+}
+
+// pickFrom returns the first backend up, starting at the hash of key.
+func (lb *LB) pickFrom(key []byte) (int, error) {
 	h := fnv.New32a()
-	h.Write([]byte(client.String()))
+	h.Write(key)
 	start := int(h.Sum32() % uint32(len(lb.backends)))
 	for i := range lb.backends {
 		j := (start + i) % len(lb.backends)
@@ -146,6 +219,11 @@ func (lb *LB) flowFor(client *net.UDPAddr) (*flow, error) {
 	if err != nil {
 		return nil, err
 	}
+	return lb.newFlow(key, client, i)
+}
+
+// newFlow opens the upstream socket of a flow to backend i; lb.mu held.
+func (lb *LB) newFlow(key string, client *net.UDPAddr, i int) (*flow, error) {
 	up, err := net.DialUDP("udp", nil, lb.backends[i].addr)
 	if err != nil {
 		return nil, fmt.Errorf("udplb: %w", err)
@@ -154,8 +232,38 @@ func (lb *LB) flowFor(client *net.UDPAddr) (*flow, error) {
 	lb.flows[key] = f
 	lb.wg.Add(1)
 	go lb.back(f)
-	lb.log.Debug("new flow", "client", key, "backend", lb.backends[i].addr)
+	lb.log.Debug("new flow", "client", client.String(), "backend", lb.backends[i].addr)
 	return f, nil
+}
+
+// routeCID returns the backend for a datagram by its connection ID
+// (NewCIDRouting).
+func (lb *LB) routeCID(pkt []byte, client *net.UDPAddr) (int, error) {
+	dcid, ok := quiclb.DestConnID(pkt)
+	if !ok {
+		return lb.pick(client)
+	}
+	if id, ok := quiclb.ServerID(dcid); ok {
+		if i, known := lb.byID[id]; known && !lb.backends[i].down.Load() {
+			lb.cidRouted.Add(1)
+			return i, nil
+		}
+	}
+	return lb.pickFrom(dcid)
+}
+
+// flowTo returns the flow of client to backend i (NewCIDRouting).
+func (lb *LB) flowTo(client *net.UDPAddr, i int) (*flow, error) {
+	key := client.String() + "/" + strconv.Itoa(i)
+	lb.mu.Lock()
+	defer lb.mu.Unlock()
+	if lb.closed {
+		return nil, net.ErrClosed
+	}
+	if f, ok := lb.flows[key]; ok {
+		return f, nil
+	}
+	return lb.newFlow(key, client, i)
 }
 
 // run forwards client datagrams to their flows' backends.
@@ -171,7 +279,15 @@ func (lb *LB) run() {
 			continue
 		}
 		for attempt := 0; attempt < 2; attempt++ {
-			f, err := lb.flowFor(client)
+			var f *flow
+			if lb.byID == nil {
+				f, err = lb.flowFor(client)
+			} else {
+				var i int
+				if i, err = lb.routeCID(buf[:n], client); err == nil {
+					f, err = lb.flowTo(client, i)
+				}
+			}
 			if err != nil {
 				break // dropped, as a load balancer without endpoints does
 			}

@@ -54,6 +54,34 @@ func (d pageData) HasPath() bool {
 	return false
 }
 
+// HasMigrations tells whether any run moved its connections to a new
+// address (`pgquic ramp --migrate-at`).
+func (d pageData) HasMigrations() bool {
+	for _, r := range d.Report.Runs {
+		if len(r.Migrations) > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// migrationsText lists a run's moves: when, and the worst latency around
+// each, or "-".
+func migrationsText(r *Run) string {
+	if len(r.Migrations) == 0 {
+		return "-"
+	}
+	var parts []string
+	for _, m := range r.Migrations {
+		s := fmt.Sprintf("at %.1f s: max %s", m.AtS, msText(m.MaxMsAround))
+		if m.Error != "" {
+			s += " (not every connection moved)"
+		}
+		parts = append(parts, s)
+	}
+	return strings.Join(parts, "; ")
+}
+
 // runView holds a run's figures as the page prints them.
 type runView struct {
 	Name, Color   string
@@ -83,6 +111,7 @@ type runView struct {
 	PathRTT       string
 	LossInflation string
 	Bottleneck    string
+	Migrations    string
 }
 
 func newRunView(rep *Report, i int) runView {
@@ -105,6 +134,7 @@ func newRunView(rep *Report, i int) runView {
 		PeakRSS:      model.FormatBytes(r.Client.PeakRSSBytes),
 		FDs:          count(int64(r.Client.FDs)),
 		EmulatorCPU:  "not measured",
+		Migrations:   migrationsText(r),
 		PoolerCPU:    "not measured apart",
 	}
 	if r.StreamsPerConn > 1 || r.Transport == TransportQUIC {
@@ -263,6 +293,7 @@ pool of {{.PoolSize}} server connections; query <code>{{.Query}}</code>.</p>{{en
 <tr><th>path: smoothed RTT / emulator drops</th>{{range .Runs}}<td class="num">{{.PathRTT}}</td>{{end}}</tr>
 <tr><th>loss: predicted mean latency added</th>{{range .Runs}}<td class="num">{{.LossInflation}}</td>{{end}}</tr>
 <tr><th>bottleneck: predicted ceiling / queue delay max, measured queue delay mean / max</th>{{range .Runs}}<td class="num">{{.Bottleneck}}</td>{{end}}</tr>
+{{end}}{{if .HasMigrations}}<tr><th>moves to a new local address: latency max of that second and the next</th>{{range .Runs}}<td class="num">{{.Migrations}}</td>{{end}}</tr>
 {{end}}<tr><th>load generator's largest lag</th>{{range .Runs}}<td class="num{{if .FellBehind}} warn{{end}}">{{.GeneratorLag}}{{if .FellBehind}}: fell behind{{end}}</td>{{end}}</tr>
 </table>
 <p class="how">The ceiling is Little's law: a PostgreSQL session runs one query at a time, so a client completes at most

@@ -263,3 +263,20 @@ func TestWriteHTMLOddReports(t *testing.T) {
 		})
 	}
 }
+
+// TestWriteHTMLMigrations: a run whose connections moved gets a summary
+// row naming each move and the latency around it; a report without moves
+// has no such row.
+func TestWriteHTMLMigrations(t *testing.T) {
+	r := Synthetic()
+	if strings.Contains(string(renderPage(t, r)), "moves to a new local address") {
+		t.Error("a report without moves shows the moves row")
+	}
+	r.Runs[len(r.Runs)-1].Migrations = []Migration{{AtS: 10, TookMs: 151, MaxMsAround: 312.5}, {AtS: 20, TookMs: 149, MaxMsAround: 190, Error: "x"}}
+	page := string(renderPage(t, r))
+	for _, want := range []string{"moves to a new local address", "at 10.0 s: max 312", "at 20.0 s: max 190", "not every connection moved"} {
+		if !strings.Contains(page, want) {
+			t.Errorf("the page lacks %q", want)
+		}
+	}
+}

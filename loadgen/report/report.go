@@ -204,12 +204,32 @@ type Run struct {
 	// Reconnects counts sessions re-opened during the run after their
 	// connection broke.
 	Reconnects int64 `json:"reconnects,omitempty"`
+	// Migrations lists the moves of the QUIC clients to a new local
+	// address during the run (`pgquic ramp --migrate-at`), with the
+	// latency around each.
+	Migrations []Migration `json:"migrations,omitempty"`
 	// ErrorKinds counts failed queries by kind: "SQLSTATE xxxxx" for an
 	// error from the server, "connection", "timeout" or "other", so a run
 	// full of errors says what they were.
 	ErrorKinds map[string]int64 `json:"error_kinds,omitempty"`
 	// Seconds holds one entry per one-second window of intended send time.
 	Seconds []Second `json:"seconds"`
+}
+
+// Migration is one move of a run's QUIC connections to a new local
+// address (new UDP port): the path is probed, then switched to, while the
+// sessions go on.
+type Migration struct {
+	// AtS is when it started, in seconds since the run began.
+	AtS float64 `json:"at_s"`
+	// TookMs is how long probing and switching every connection took.
+	TookMs float64 `json:"took_ms"`
+	// Error says why a connection could not move ("" when all did); it
+	// then stayed on its old path.
+	Error string `json:"error,omitempty"`
+	// MaxMsAround is the largest max_ms of the one-second windows it
+	// started in and the next: the latency blip, beside LatencyMs.P50.
+	MaxMsAround float64 `json:"max_ms_around"`
 }
 
 // Connect is the set-up of a run's sessions, done before its ramp.
