@@ -19,6 +19,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/pgquic/pgquic/loadgen/wan"
 )
 
 // Transport says how sessions reach the target.
@@ -232,11 +234,11 @@ func Connect(ctx context.Context, cfg ClientConfig, logger *slog.Logger) (*Clien
 		if err != nil {
 			return nil, fmt.Errorf("%w: %w", ErrBadClientConfig, err)
 		}
-		pg.DialFunc, c.liveQUIC, c.closeDia, c.quicPath = inNetns(cfg.Netns, dial), live, closeFn, stats
+		pg.DialFunc, c.liveQUIC, c.closeDia, c.quicPath = wan.DialInNetns(cfg.Netns, dial), live, closeFn, stats
 	} else {
 		nd := &net.Dialer{}
 		addr := cfg.dialAddr()
-		pg.DialFunc = inNetns(cfg.Netns, func(ctx context.Context, _, _ string) (net.Conn, error) {
+		pg.DialFunc = wan.DialInNetns(cfg.Netns, func(ctx context.Context, _, _ string) (net.Conn, error) {
 			conn, err := nd.DialContext(ctx, "tcp", addr)
 			if err == nil {
 				c.tcp.add(conn)
