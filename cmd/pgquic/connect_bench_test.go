@@ -34,6 +34,26 @@ func TestConnectBenchFlags(t *testing.T) {
 	}
 }
 
+// runConnectBenchJSON runs connect-bench with args and --json, and
+// returns the report and what it printed.
+func runConnectBenchJSON(t *testing.T, args ...string) (*connectReport, string) {
+	t.Helper()
+	out := filepath.Join(t.TempDir(), "connect.json")
+	var stdout, stderr strings.Builder
+	if code := runConnectBench(context.Background(), append(args, "--json", out), &stdout, &stderr); code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr.String())
+	}
+	b, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep connectReport
+	if err := json.Unmarshal(b, &rep); err != nil {
+		t.Fatal(err)
+	}
+	return &rep, stdout.String()
+}
+
 // TestConnectBench runs every path at a 20 ms round trip, three sessions
 // each: the JSON names each path with its model, every session crossed at
 // least the model's round trips, and local startup beats the edge's
@@ -45,20 +65,8 @@ func TestConnectBench(t *testing.T) {
 		}
 		t.Skip(err)
 	}
-	out := filepath.Join(t.TempDir(), "connect.json")
 	page := filepath.Join(t.TempDir(), "connect.html")
-	var stdout, stderr strings.Builder
-	if code := runConnectBench(context.Background(), []string{"--rtt", "20ms", "--n", "3", "--json", out, "--html", page}, &stdout, &stderr); code != 0 {
-		t.Fatalf("exit %d: %s", code, stderr.String())
-	}
-	b, err := os.ReadFile(out)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var rep connectReport
-	if err := json.Unmarshal(b, &rep); err != nil {
-		t.Fatal(err)
-	}
+	rep, stdout := runConnectBenchJSON(t, "--rtt", "20ms", "--n", "3", "--html", page)
 	if rep.RTTMS != 20 || rep.N != 3 || rep.WAN != "relay" || len(rep.Paths) != len(connectPaths) {
 		t.Fatalf("report %+v", rep)
 	}
@@ -76,8 +84,8 @@ func TestConnectBench(t *testing.T) {
 			t.Errorf("%s: p99 %.1f below the median %.1f", p.Path, p.P99MS, p.MedianMS)
 		}
 		med[p.Path] = p.MedianMS
-		if !strings.Contains(stdout.String(), p.Path) {
-			t.Errorf("the table lacks %s:\n%s", p.Path, stdout.String())
+		if !strings.Contains(stdout, p.Path) {
+			t.Errorf("the table lacks %s:\n%s", p.Path, stdout)
 		}
 	}
 	html, err := os.ReadFile(page)
@@ -116,21 +124,8 @@ func TestConnectBenchClient(t *testing.T) {
 		t.Logf("relay mode: %v", err)
 		mode = wan.ModeRelay
 	}
-	out := filepath.Join(t.TempDir(), "connect.json")
-	var stdout, stderr strings.Builder
-	args := []string{"--rtt", "20ms", "--n", "2", "--wan", mode, "--paths", "tcp,tcp+tls,edge,edge-local",
-		"--client", psql + " -Atc 'select 1'", "--client-n", "2", "--json", out}
-	if code := runConnectBench(context.Background(), args, &stdout, &stderr); code != 0 {
-		t.Fatalf("exit %d: %s", code, stderr.String())
-	}
-	b, err := os.ReadFile(out)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var rep connectReport
-	if err := json.Unmarshal(b, &rep); err != nil {
-		t.Fatal(err)
-	}
+	rep, stdout := runConnectBenchJSON(t, "--rtt", "20ms", "--n", "2", "--wan", mode, "--paths", "tcp,tcp+tls,edge,edge-local",
+		"--client", psql+" -Atc 'select 1'", "--client-n", "2")
 	if rep.WAN != mode || len(rep.Paths) != 4 {
 		t.Fatalf("report %+v", rep)
 	}
@@ -154,8 +149,8 @@ func TestConnectBenchClient(t *testing.T) {
 			t.Errorf("%s: %.1f ms to the first row without the WAN", p.Path, c.NoWANWireMedianMS)
 		}
 	}
-	if !strings.Contains(stdout.String(), "first byte to first DataRow") {
-		t.Errorf("no client table:\n%s", stdout.String())
+	if !strings.Contains(stdout, "first byte to first DataRow") {
+		t.Errorf("no client table:\n%s", stdout)
 	}
 }
 

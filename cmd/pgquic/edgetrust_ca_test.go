@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"crypto/x509"
-	"crypto/x509/pkix"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -32,9 +31,7 @@ func TestServeEdgeTrustCA(t *testing.T) {
 	region := caA.Intermediate(t, "edge CA A, region 2")
 	dir := t.TempDir()
 	caFile := caA.WriteFile(t, dir, "edge-ca.pem")
-	corp := func(cn string) testca.Options {
-		return testca.Options{Subject: pkix.Name{CommonName: cn, Organization: []string{"Example"}}}
-	}
+	corp := func(cn string) testca.Options { return testca.Named(cn, "Example") }
 	type certFiles struct{ cert, key string }
 	issue := func(ca *testca.CA, name string, o testca.Options) certFiles {
 		c, k := ca.Issue(t, o).WriteFiles(t, dir, name)
@@ -49,7 +46,7 @@ func TestServeEdgeTrustCA(t *testing.T) {
 	bad := map[string]certFiles{
 		"another CA":          issue(caOther, "other", corp("edge-1")),
 		"expired":             issue(caA, "expired", expired),
-		"subject not matched": issue(caA, "stranger", testca.Options{Subject: pkix.Name{CommonName: "stranger"}}),
+		"subject not matched": issue(caA, "stranger", testca.Named("stranger")),
 		"server auth only":    issue(caA, "server-only", serverOnly),
 	}
 

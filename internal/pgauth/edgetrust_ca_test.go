@@ -2,7 +2,6 @@ package pgauth
 
 import (
 	"crypto/x509"
-	"crypto/x509/pkix"
 	"os"
 	"path/filepath"
 	"strings"
@@ -22,9 +21,7 @@ import (
 func TestEdgeTrustCA(t *testing.T) {
 	caA, caB, caC := testca.New(t, "edge CA A"), testca.New(t, "edge CA B"), testca.New(t, "edge CA C")
 	inter := caA.Intermediate(t, "edge CA A, region 2")
-	corp := func(cn string) testca.Options {
-		return testca.Options{Subject: pkix.Name{CommonName: cn, Organization: []string{"Example Corp"}}}
-	}
+	corp := func(cn string) testca.Options { return testca.Named(cn, "Example Corp") }
 	pinned := caA.Issue(t, corp("edge-1"))
 	dir := t.TempDir()
 	caA.WriteFile(t, dir, "a.pem")
@@ -74,8 +71,8 @@ func TestEdgeTrustCA(t *testing.T) {
 		{"not yet valid", caA.Issue(t, future).Chain, 0},
 		{"server auth only", caA.Issue(t, serverOnly).Chain, 0},
 		{"no extended key usage", caA.Issue(t, noEKU).Chain, 0},
-		{"subject outside the regexp", caA.Issue(t, testca.Options{Subject: pkix.Name{CommonName: "edge-9", Organization: []string{"Other"}}}).Chain, 0},
-		{"CN compared exactly", caA.Issue(t, testca.Options{Subject: pkix.Name{CommonName: "Edge-1"}}).Chain, 0},
+		{"subject outside the regexp", caA.Issue(t, testca.Named("edge-9", "Other")).Chain, 0},
+		{"CN compared exactly", caA.Issue(t, testca.Named("Edge-1")).Chain, 0},
 		{"self-signed with the right name", []*x509.Certificate{selfSigned.Cert}, 0},
 		{"the CA itself", []*x509.Certificate{caA.Cert}, 0},
 		{"none", nil, 0},

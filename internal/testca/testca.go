@@ -75,6 +75,12 @@ type Options struct {
 	NoExtKeyUsage bool
 }
 
+// Named returns Options for a certificate whose subject is the common
+// name cn and the organizations org.
+func Named(cn string, org ...string) Options {
+	return Options{Subject: pkix.Name{CommonName: cn, Organization: org}}
+}
+
 // Leaf is an issued certificate with its key and the chain up to (not
 // including) the root.
 type Leaf struct {
