@@ -27,11 +27,19 @@ import (
 // matches, as pg_ident maps a certificate's name. A certificate matching no
 // line asserts nothing: its sessions authenticate as any other client's.
 // The zero value and nil trust no one; an EdgeTrust is never changed once
-// built, so sessions may read it concurrently and a reload swaps in a new
+// built (but for its cache of chain verifications, which has its own
+// lock), so sessions may read it concurrently and a reload swaps in a new
 // one (with its CA files read again).
 type EdgeTrust struct {
 	edges map[string]*EdgeGrant
 	byCA  []*EdgeGrant // CA plus subject lines, in file order
+	// rootTimes are the validity bounds of every CA file's certificates
+	// (see verdicts).
+	rootTimes []time.Time
+	verdicts  verdictCache
+	// now is the clock chains are verified at; nil is time.Now (tests set
+	// it to cross a certificate's validity bounds without waiting).
+	now func() time.Time
 }
 
 // EdgeGrant is what one trusted edge may assert.
@@ -118,7 +126,10 @@ func (g *EdgeGrant) ListsDatabase(database string) bool {
 // and whose patterns match the leaf's subject. The leaf must list client
 // authentication in its extended key usage: a certificate without the
 // extension, which x509 would take for any usage, asserts nothing here.
-// It implements the pooler's EdgeTrust.
+// The verdict on a chain is kept until the next moment a certificate in
+// it or in a CA file becomes valid or expires (see verdictCache), so the
+// sessions of one connection verify its chain once. It implements the
+// pooler's EdgeTrust.
 func (t *EdgeTrust) Edge(certs []*x509.Certificate) (*EdgeGrant, bool) {
 	if t == nil || len(certs) == 0 || certs[0] == nil {
 		return nil, false
@@ -129,6 +140,23 @@ func (t *EdgeTrust) Edge(certs []*x509.Certificate) (*EdgeGrant, bool) {
 	if len(t.byCA) == 0 || !clientAuthUsage(certs[0]) {
 		return nil, false
 	}
+	now := time.Now
+	if t.now != nil {
+		now = t.now
+	}
+	at := now()
+	key := chainKey(certs)
+	if g, ok := t.verdicts.get(key, at); ok {
+		return g, g != nil
+	}
+	g := t.verifyCA(certs, at)
+	t.verdicts.put(key, g, nextBound(at, certs, t.rootTimes))
+	return g, g != nil
+}
+
+// verifyCA returns the first CA line that verifies certs at time at and
+// whose patterns match the leaf, nil for none.
+func (t *EdgeTrust) verifyCA(certs []*x509.Certificate, at time.Time) *EdgeGrant {
 	leaf := certs[0]
 	var inter *x509.CertPool
 	if len(certs) > 1 {
@@ -139,7 +167,6 @@ func (t *EdgeTrust) Edge(certs []*x509.Certificate) (*EdgeGrant, bool) {
 			}
 		}
 	}
-	at := time.Now()
 	verified := make(map[*x509.CertPool]bool, 1) // one Verify per CA file
 	for _, g := range t.byCA {
 		if !g.Subject.Match(leaf.Subject.String()) || !g.CN.Match(leaf.Subject.CommonName) {
@@ -153,10 +180,10 @@ func (t *EdgeTrust) Edge(certs []*x509.Certificate) (*EdgeGrant, bool) {
 			verified[g.roots] = ok
 		}
 		if ok {
-			return g, true
+			return g
 		}
 	}
-	return nil, false
+	return nil
 }
 
 // clientAuthUsage reports whether c lists client authentication (or any
@@ -251,7 +278,7 @@ func ParseEdgeTrust(r io.Reader, readCA func(name string) ([]byte, error)) (*Edg
 			continue
 		}
 		if strings.HasPrefix(line, "ca=") {
-			g, err := parseCALine(line, readCA, pools)
+			g, err := parseCALine(line, readCA, pools, &t.rootTimes)
 			if err != nil {
 				return nil, fmt.Errorf("line %d: %w", n, err)
 			}
@@ -283,8 +310,9 @@ func ParseEdgeTrust(r io.Reader, readCA func(name string) ([]byte, error)) (*Edg
 }
 
 // parseCALine parses `ca=FILE [subject=PATTERN] [cn=PATTERN] USERS
-// DATABASES`, reading FILE through pools (or readCA the first time).
-func parseCALine(line string, readCA func(string) ([]byte, error), pools map[string]*x509.CertPool) (*EdgeGrant, error) {
+// DATABASES`, reading FILE through pools (or readCA the first time, adding
+// its certificates' validity bounds to rootTimes).
+func parseCALine(line string, readCA func(string) ([]byte, error), pools map[string]*x509.CertPool, rootTimes *[]time.Time) (*EdgeGrant, error) {
 	fields, err := splitQuoted(line)
 	if err != nil {
 		return nil, err
@@ -337,7 +365,7 @@ func parseCALine(line string, readCA func(string) ([]byte, error), pools map[str
 		if err != nil {
 			return nil, fmt.Errorf("ca %s: %w", g.CA, err)
 		}
-		if g.roots, err = parseCAPEM(b); err != nil {
+		if g.roots, err = parseCAPEM(b, rootTimes); err != nil {
 			return nil, fmt.Errorf("ca %s: %w", g.CA, err)
 		}
 		pools[g.CA] = g.roots
@@ -349,7 +377,7 @@ func parseCALine(line string, readCA func(string) ([]byte, error), pools map[str
 // not parse, anything but certificates, or no certificate at all is an
 // error: a CA file that went wrong must not quietly trust fewer (or no)
 // edges than the operator meant, nor more.
-func parseCAPEM(b []byte) (*x509.CertPool, error) {
+func parseCAPEM(b []byte, times *[]time.Time) (*x509.CertPool, error) {
 	pool := x509.NewCertPool()
 	n := 0
 	for {
@@ -366,6 +394,7 @@ func parseCAPEM(b []byte) (*x509.CertPool, error) {
 			return nil, fmt.Errorf("certificate %d: %w", n+1, err)
 		}
 		pool.AddCert(c)
+		*times = append(*times, validityBounds(c)...)
 		n++
 	}
 	if n == 0 {

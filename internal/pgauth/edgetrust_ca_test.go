@@ -167,3 +167,66 @@ func TestSplitQuoted(t *testing.T) {
 		}
 	}
 }
+
+// TestEdgeTrustCACache: a verdict on a chain is kept only until a
+// certificate's validity changes, so a certificate not yet valid is
+// trusted from its NotBefore and not after its NotAfter, whatever was
+// cached before.
+func TestEdgeTrustCACache(t *testing.T) {
+	ca := testca.New(t, "edge CA")
+	base := time.Now()
+	o := testca.Named("edge-1")
+	o.NotBefore, o.NotAfter = base.Add(time.Hour), base.Add(2*time.Hour)
+	chain := ca.Issue(t, o).Chain
+	et, err := ParseEdgeTrust(strings.NewReader("ca=ca.pem cn=edge-1 * *\n"), func(string) ([]byte, error) { return ca.PEM(), nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		at   time.Duration // after base
+		want bool
+	}{
+		{0, false},
+		{time.Minute, false},
+		{time.Hour + time.Second, true},
+		{time.Hour + 2*time.Second, true},
+		{2*time.Hour - time.Second, true},
+		{2*time.Hour + time.Second, false},
+	} {
+		et.now = func() time.Time { return base.Add(tc.at) }
+		if _, ok := et.Edge(chain); ok != tc.want {
+			t.Errorf("at base+%v: trusted %v, want %v", tc.at, ok, tc.want)
+		}
+	}
+	if n := len(et.verdicts.m); n != 1 {
+		t.Errorf("%d verdicts cached for one chain", n)
+	}
+}
+
+// BenchmarkEdgeTrustCA is what a CA line costs a new session: verify is
+// one chain through an intermediate verified against the CA and its
+// subject matched (a connection's first session), cached a later session
+// of the same connection.
+func BenchmarkEdgeTrustCA(b *testing.B) {
+	ca := testca.New(b, "edge CA")
+	chain := ca.Intermediate(b, "region").Issue(b, testca.Named("edge-1", "Example")).Chain
+	et, err := ParseEdgeTrust(strings.NewReader("ca=ca.pem subject=\"/^CN=edge-[0-9]+,O=Example$\" * *\n"),
+		func(string) ([]byte, error) { return ca.PEM(), nil })
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Run("verify", func(b *testing.B) {
+		for b.Loop() {
+			if et.verifyCA(chain, time.Now()) == nil {
+				b.Fatal("not trusted")
+			}
+		}
+	})
+	b.Run("cached", func(b *testing.B) {
+		for b.Loop() {
+			if _, ok := et.Edge(chain); !ok {
+				b.Fatal("not trusted")
+			}
+		}
+	})
+}
