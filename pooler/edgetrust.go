@@ -45,10 +45,10 @@ func (s *session) edgeLogin(sp *startupParams) (trusted bool, refusal *PGError) 
 	}
 	if !g.AllowsUser(sp.user) || !dbOK {
 		s.log.Warn("refusing a session from a trusted edge: user or database outside its set",
-			"edge", fp, "edge_subject", certs[0].Subject.String(), "edge_trust_line", g.Line, "user", sp.user, "database", sp.db)
+			"edge", fp, "edge_subject", pgauth.CertSubject(certs[0]), "edge_trust_line", g.Line, "user", sp.user, "database", sp.db)
 		return false, fatal(pgproto.CodeInvalidAuthSpec,
 			fmt.Sprintf("edge certificate %.16s… is not allowed to open sessions for user %q on database %q", fp, sp.user, sp.db), nil)
 	}
-	s.log.Debug("session started by a trusted edge", "edge", fp, "edge_subject", certs[0].Subject.String(), "edge_trust_line", g.Line)
+	s.log.Debug("session started by a trusted edge", "edge", fp, "edge_subject", pgauth.CertSubject(certs[0]), "edge_trust_line", g.Line)
 	return true, nil
 }

@@ -3,6 +3,8 @@ package pgauth
 import (
 	"bufio"
 	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/asn1"
 	"encoding/pem"
 	"errors"
 	"fmt"
@@ -168,8 +170,9 @@ func (t *EdgeTrust) verifyCA(certs []*x509.Certificate, at time.Time) *EdgeGrant
 		}
 	}
 	verified := make(map[*x509.CertPool]bool, 1) // one Verify per CA file
+	dn := CertSubject(leaf)
 	for _, g := range t.byCA {
-		if !g.Subject.Match(leaf.Subject.String()) || !g.CN.Match(leaf.Subject.CommonName) {
+		if !g.Subject.Match(dn) || !g.CN.Match(leaf.Subject.CommonName) {
 			continue
 		}
 		ok, seen := verified[g.roots]
@@ -184,6 +187,20 @@ func (t *EdgeTrust) verifyCA(certs []*x509.Certificate, at time.Time) *EdgeGrant
 		}
 	}
 	return nil
+}
+
+// CertSubject returns c's subject as a CA line's subject= pattern sees
+// it: RFC 2253's string form of the certificate's own RDN sequence, most
+// specific first ("CN=edge-1,OU=edges,O=Example"), which is what
+// `openssl x509 -noout -subject -nameopt RFC2253` prints for the usual
+// attributes (CN, O, OU, C, ST, L, STREET, POSTALCODE, SERIALNUMBER);
+// others are written as their OID and "#" with the hex of their DER value.
+func CertSubject(c *x509.Certificate) string {
+	var rdns pkix.RDNSequence
+	if rest, err := asn1.Unmarshal(c.RawSubject, &rdns); err != nil || len(rest) > 0 {
+		return c.Subject.String()
+	}
+	return rdns.String()
 }
 
 // clientAuthUsage reports whether c lists client authentication (or any

@@ -2,6 +2,8 @@ package pgauth
 
 import (
 	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/asn1"
 	"os"
 	"path/filepath"
 	"strings"
@@ -229,4 +231,29 @@ func BenchmarkEdgeTrustCA(b *testing.B) {
 			}
 		}
 	})
+}
+
+// TestCertSubject: the subject is written in the certificate's own RDN
+// order, most specific first, as openssl's RFC 2253 form, not in the
+// order Go's pkix.Name sorts attributes into.
+func TestCertSubject(t *testing.T) {
+	ca := testca.New(t, "edge CA")
+	var (
+		oidCN = asn1.ObjectIdentifier{2, 5, 4, 3}
+		oidO  = asn1.ObjectIdentifier{2, 5, 4, 10}
+	)
+	for _, tc := range []struct {
+		name pkix.Name
+		want string
+	}{
+		{pkix.Name{CommonName: "edge-1", Organization: []string{"Example Corp"}, Country: []string{"DE"}}, "CN=edge-1,O=Example Corp,C=DE"},
+		// Issued CN first: openssl -nameopt RFC2253 prints O=y,CN=x.
+		{pkix.Name{ExtraNames: []pkix.AttributeTypeAndValue{{Type: oidCN, Value: "x"}, {Type: oidO, Value: "y"}}}, "O=y,CN=x"},
+		{pkix.Name{CommonName: `a,b+c "d"`}, `CN=a\,b\+c \"d\"`},
+	} {
+		leaf := ca.Issue(t, testca.Options{Subject: tc.name}).Cert
+		if got := CertSubject(leaf); got != tc.want {
+			t.Errorf("CertSubject(%v) = %q, want %q", tc.name, got, tc.want)
+		}
+	}
 }
