@@ -100,7 +100,10 @@ func TestServeEdgeTrustCA(t *testing.T) {
 	viaEdge := func(cf certFiles, user string) error {
 		ec := base
 		ec.cert, ec.key = cf.cert, cf.key
-		addr, _ := startEdge(t, ec)
+		addr, logs := startEdge(t, ec)
+		if !strings.Contains(logs.String(), `cert_subject="CN=edge-`) {
+			t.Errorf("the edge does not log its certificate's subject:\n%s", logs.String())
+		}
 		c, err := pgconn.Connect(ctx, fmt.Sprintf("postgres://%s@%s/postgres?sslmode=disable", user, addr))
 		if err != nil {
 			return err
