@@ -7,11 +7,13 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/pgquic/pgquic/internal/pgtest"
 	"github.com/pgquic/pgquic/internal/testca"
 )
 
@@ -138,4 +140,42 @@ func TestServeEdgeTrustCA(t *testing.T) {
 		t.Errorf("reload with a broken CA file: %v, want an edge trust error naming the file", err)
 	}
 	trusted("CA B after the rejected reload", edge1B, super, "postgres")
+}
+
+// TestServeSIGHUPEdgeCA: SIGHUP reads an edge-trust file's CA file again
+// even when no configuration key changed; a CA file that no longer parses
+// rejects the reload with an error log naming it, and the process keeps
+// serving.
+func TestServeSIGHUPEdgeCA(t *testing.T) {
+	cluster := pgtest.New(t, pgtest.Options{})
+	dir := t.TempDir()
+	caFile := testca.New(t, "edge CA").WriteFile(t, dir, "edge-ca.pem")
+	trustFile := filepath.Join(dir, "edges.txt")
+	if err := os.WriteFile(trustFile, []byte("ca=edge-ca.pem cn=/^edge- * *\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	p := startServeProcess(t, "--backend", cluster.SuperURL("postgres"), "--tcp-listen", "127.0.0.1:0",
+		"--quic-listen", "127.0.0.1:0", "--metrics-listen", "", "--edge-trust", trustFile)
+	if err := os.WriteFile(caFile, []byte("-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.cmd.Process.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool {
+		return strings.Contains(p.logs.String(), "reload rejected; the running configuration is kept") &&
+			strings.Contains(p.logs.String(), "line 1: ca edge-ca.pem: certificate 1:")
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	c, err := pgconn.Connect(ctx, fmt.Sprintf("postgres://%s:%s@%s/postgres?sslmode=disable", cluster.SuperUser, cluster.SuperPassword, p.tcp))
+	if err != nil {
+		t.Fatalf("after the rejected reload: %v", err)
+	}
+	c.Close(ctx)
+	testca.New(t, "edge CA 2").WriteFile(t, dir, "edge-ca.pem")
+	if err := p.cmd.Process.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool { return strings.Contains(p.logs.String(), `msg="configuration reloaded"`) })
 }
