@@ -220,12 +220,15 @@ type Config struct {
 	Auth Auth `yaml:"auth"`
 
 	// EdgeTrust is a file of trusted edges, one per line:
-	// `SHA256-FINGERPRINT USERS DATABASES` (comma lists, "*" for any). A
-	// QUIC client presenting a listed certificate may open sessions for
-	// those users and databases without a password exchange (the edge
-	// authenticated its local clients itself); other users or databases
-	// get 28000. A certificate not listed asserts nothing. Read again at
-	// every reload. Default: none, no certificate is trusted.
+	// `SHA256-FINGERPRINT USERS DATABASES`, or `ca=FILE subject=PATTERN
+	// USERS DATABASES` (and/or cn=PATTERN) for a certificate whose chain
+	// verifies against the CA file and whose subject matches (comma
+	// lists, "*" for any; see pgauth.ParseEdgeTrust). A QUIC client
+	// presenting a trusted certificate may open sessions for those users
+	// and databases without a password exchange (the edge authenticated
+	// its local clients itself); other users or databases get 28000. A
+	// certificate no line trusts asserts nothing. Read again, with its CA
+	// files, at every reload. Default: none, no certificate is trusted.
 	EdgeTrust string `yaml:"edge_trust"`
 
 	// AdminUsers may use the admin console, the virtual databases "pgquic"

@@ -235,11 +235,11 @@ func Connect(ctx context.Context, cfg ClientConfig, logger *slog.Logger) (*Clien
 		if err != nil {
 			return nil, fmt.Errorf("%w: %w", ErrBadClientConfig, err)
 		}
-		pg.DialFunc, c.liveQUIC, c.closeDia, c.quicPath, c.migrate = inNetns(cfg.Netns, qd.dial), qd.live, qd.close, qd.stats, qd.migrate
+		pg.DialFunc, c.liveQUIC, c.closeDia, c.quicPath, c.migrate = wan.DialInNetns(cfg.Netns, qd.dial), qd.live, qd.close, qd.stats, qd.migrate
 	} else {
 		nd := &net.Dialer{}
 		addr := cfg.dialAddr()
-		pg.DialFunc = inNetns(cfg.Netns, func(ctx context.Context, _, _ string) (net.Conn, error) {
+		pg.DialFunc = wan.DialInNetns(cfg.Netns, func(ctx context.Context, _, _ string) (net.Conn, error) {
 			conn, err := nd.DialContext(ctx, "tcp", addr)
 			if err == nil {
 				c.tcp.add(conn)

@@ -1,12 +1,9 @@
 package loadgen
 
 import (
-	"context"
 	"net"
 	"sync"
 	"time"
-
-	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/pgquic/pgquic/loadgen/wan"
 )
@@ -77,21 +74,4 @@ func (t *tcpConns) stats() PathStats {
 		st.SRTT = srtt / time.Duration(live)
 	}
 	return st
-}
-
-// inNetns wraps dial so that it runs on a thread inside namespace ns (when
-// set): the sockets it creates belong to that namespace.
-func inNetns(ns string, dial pgconn.DialFunc) pgconn.DialFunc {
-	if ns == "" {
-		return dial
-	}
-	return func(ctx context.Context, network, addr string) (net.Conn, error) {
-		var conn net.Conn
-		err := wan.InNetns(ns, func() error {
-			var err error
-			conn, err = dial(ctx, network, addr)
-			return err
-		})
-		return conn, err
-	}
 }

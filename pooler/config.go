@@ -164,7 +164,7 @@ type Config struct {
 	Auth Authenticator
 
 	// EdgeTrust lists the QUIC client certificates trusted as edges: a
-	// session whose Peer.ClientCertSHA256 it trusts for the user and
+	// session whose Peer.ClientCerts it trusts for the user and
 	// database asked for starts without Auth's exchange, one outside the
 	// edge's set is refused with 28000 (see edgeLogin). Default nil: no
 	// certificate is trusted and every session goes through Auth.

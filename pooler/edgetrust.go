@@ -1,8 +1,10 @@
 package pooler
 
 import (
+	"crypto/x509"
 	"fmt"
 
+	"github.com/pgquic/pgquic/internal/front"
 	"github.com/pgquic/pgquic/internal/pgauth"
 	"github.com/pgquic/pgquic/internal/pgproto"
 )
@@ -12,9 +14,10 @@ import (
 // that reloads its configuration implements it with whatever table is in
 // force, so a reload applies to the next session.
 type EdgeTrust interface {
-	// Edge returns the grant of the certificate with this fingerprint
-	// (front.Fingerprint's spelling), false when it is not a trusted edge.
-	Edge(fingerprint string) (*pgauth.EdgeGrant, bool)
+	// Edge returns the grant of the client that presented this chain
+	// (Peer.ClientCerts: leaf first, unverified; Edge verifies whatever
+	// its lines need), false when it is not a trusted edge.
+	Edge(certs []*x509.Certificate) (*pgauth.EdgeGrant, bool)
 }
 
 // edgeLogin decides a session's startup by edge trust before any password
@@ -27,24 +30,25 @@ type EdgeTrust interface {
 // (or none) asserts nothing, and the session authenticates as usual. The
 // admin console counts only when the grant names it, not through "*".
 func (s *session) edgeLogin(sp *startupParams) (trusted bool, refusal *PGError) {
-	fp := s.peer.ClientCertSHA256
-	if s.p.cfg.EdgeTrust == nil || fp == "" {
+	certs := s.peer.ClientCerts
+	if s.p.cfg.EdgeTrust == nil || len(certs) == 0 || certs[0] == nil {
 		return false, nil
 	}
-	g, ok := s.p.cfg.EdgeTrust.Edge(fp)
+	g, ok := s.p.cfg.EdgeTrust.Edge(certs)
 	if !ok {
 		return false, nil
 	}
+	fp := front.Fingerprint(certs[0].Raw)
 	dbOK := g.AllowsDatabase(sp.db)
 	if c := s.p.console(); c != nil && c.IsConsole(sp.db) {
 		dbOK = g.ListsDatabase(sp.db)
 	}
 	if !g.AllowsUser(sp.user) || !dbOK {
 		s.log.Warn("refusing a session from a trusted edge: user or database outside its set",
-			"edge", fp, "edge_trust_line", g.Line, "user", sp.user, "database", sp.db)
+			"edge", fp, "edge_subject", pgauth.CertSubject(certs[0]), "edge_trust_line", g.Line, "user", sp.user, "database", sp.db)
 		return false, fatal(pgproto.CodeInvalidAuthSpec,
 			fmt.Sprintf("edge certificate %.16s… is not allowed to open sessions for user %q on database %q", fp, sp.user, sp.db), nil)
 	}
-	s.log.Debug("session started by a trusted edge", "edge", fp, "edge_trust_line", g.Line)
+	s.log.Debug("session started by a trusted edge", "edge", fp, "edge_subject", pgauth.CertSubject(certs[0]), "edge_trust_line", g.Line)
 	return true, nil
 }

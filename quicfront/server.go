@@ -3,6 +3,7 @@ package quicfront
 import (
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -277,19 +278,19 @@ type serverConn struct {
 	active int        // sessions running; guarded by Server.mu
 
 	certOnce sync.Once
-	certFP   string // fingerprint of the client's certificate, set once the handshake completed
+	certs    []*x509.Certificate // the client's certificate chain, set once the handshake completed
 }
 
-// clientCert returns the fingerprint of the certificate the client
-// presented, "" for none. It is called once the handshake completed
-// (streamReady), when quic-go knows the peer's certificates.
-func (sc *serverConn) clientCert() string {
+// clientCerts returns the certificate chain the client presented, leaf
+// first and unverified, nil for none. It is called once the handshake
+// completed (streamReady), when quic-go knows the peer's certificates.
+func (sc *serverConn) clientCerts() []*x509.Certificate {
 	sc.certOnce.Do(func() {
 		if certs := sc.conn.ConnectionState().TLS.PeerCertificates; len(certs) > 0 {
-			sc.certFP = front.Fingerprint(certs[0].Raw)
+			sc.certs = certs
 		}
 	})
-	return sc.certFP
+	return sc.certs
 }
 
 // NewServer validates cfg, fills its defaults and prepares TLS. logger nil
@@ -329,10 +330,11 @@ func NewServer(cfg ServerConfig, h front.Handler, logger *slog.Logger, reg prome
 	tc.MinVersion = tls.VersionTLS13
 	tc.NextProtos = []string{cfg.ALPN}
 	if tc.ClientAuth == tls.NoClientCert {
-		// Ask every client for a certificate, verify none against a CA:
-		// the handshake still proves the client holds the key of the one
-		// it sends, and the pooler decides by its fingerprint
-		// (Peer.ClientCertSHA256) whether it is a trusted edge. A client
+		// Ask every client for a certificate, verify none against a CA
+		// here: the handshake still proves the client holds the key of
+		// the one it sends, and the pooler decides from the chain
+		// (Peer.ClientCerts: by fingerprint, or by verifying it against
+		// a CA its edge-trust file names) whether it is a trusted edge. A client
 		// without one answers with an empty list and is served as before.
 		// Asking always lets a reload add edge trust without a restart.
 		tc.ClientAuth = tls.RequestClientCert
@@ -717,7 +719,7 @@ func (s *Server) streamReady(sc *serverConn, c *quicwire.Conn, log *slog.Logger)
 // its server connection until the query finished.
 func sessionPeer(sc *serverConn, c *quicwire.Conn) front.Peer {
 	p := sc.peer
-	p.ClientCertSHA256 = sc.clientCert()
+	p.ClientCerts = sc.clientCerts()
 	p.Probe = func() error { return streamGone(c.Stream()) }
 	return p
 }

@@ -11,6 +11,7 @@ import (
 	"html"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -28,10 +29,11 @@ import (
 	"github.com/pgquic/pgquic/quicfront"
 )
 
-const connectBenchUsage = `Usage: pgquic connect-bench [--rtt 150ms] [--n 20] [--paths tcp,...] [--json FILE] [--html FILE]
+const connectBenchUsage = `Usage: pgquic connect-bench [--rtt 150ms] [--n 20] [--paths tcp,...] [--wan relay|packet]
+                            [--client CMD [--client-n 7]] [--json FILE] [--html FILE]
 
 Measures a new session's time to first row (connect, then SELECT 1 and its
-result) on each path across the WAN relay, beside the model's round trips:
+result) on each path across the WAN emulator, beside the model's round trips:
   tcp            TCP, trust                       3 RTT (TCP handshake, startup, query)
   tcp+tls        TCP, TLS 1.3, trust              5 RTT (+ SSLRequest, TLS handshake)
   tcp+tls+scram  TCP, TLS 1.3, SCRAM-SHA-256      7 RTT (+ two SASL round trips)
@@ -41,7 +43,12 @@ result) on each path across the WAN relay, beside the model's round trips:
   quic-resumed   a new process with --session-cache and local startup:
                                                   2 RTT (resumed handshake, startup and query)
 It starts a throwaway PostgreSQL, two in-process poolers (trust with
---edge-trust, and SCRAM) and the relays, and prints median and p99.
+--edge-trust, and SCRAM) and the emulated paths, and prints median and p99.
+With --client, it also runs the shell command CMD (e.g. "psql -Atc 'select
+1'", its PGHOST/PGPORT/PGUSER/PGDATABASE set) --client-n times per path
+among tcp, edge and edge-local, through a proxy that times its first byte
+to the first DataRow sent back, across the WAN and, for comparison, without
+it; it prints those medians and the command's wall times.
 
 Flags:
 `
@@ -65,6 +72,38 @@ type connectResult struct {
 	MedianMS        float64   `json:"median_ms"`
 	P99MS           float64   `json:"p99_ms"`
 	SamplesMS       []float64 `json:"samples_ms"`
+	// Client is the --client measurement on this path, when it ran.
+	Client *clientResult `json:"client,omitempty"`
+}
+
+// clientResult is an external client's runs on one path: wire is the
+// time from its first byte to the first DataRow sent back (the proxy's
+// view), wall its process's whole run; NoWAN the same path without the
+// WAN emulator.
+type clientResult struct {
+	Command           string    `json:"command"`
+	WireMS            []float64 `json:"wire_ms"`
+	WallMS            []float64 `json:"wall_ms"`
+	WireMedianMS      float64   `json:"wire_median_ms"`
+	WallMedianMS      float64   `json:"wall_median_ms"`
+	NoWANWireMS       []float64 `json:"nowan_wire_ms"`
+	NoWANWallMS       []float64 `json:"nowan_wall_ms"`
+	NoWANWireMedianMS float64   `json:"nowan_wire_median_ms"`
+	NoWANWallMedianMS float64   `json:"nowan_wall_median_ms"`
+}
+
+// clientPaths are the paths an external client can run through the
+// timing proxy: plaintext TCP to something that answers PostgreSQL.
+var clientPaths = []string{"tcp", "edge", "edge-local"}
+
+// connectOpts is what one connect-bench run measures.
+type connectOpts struct {
+	rtt     time.Duration
+	n       int
+	paths   []connectPath
+	packet  bool   // packet-mode WAN emulator instead of the relay
+	client  string // external client command, "" for none
+	clientN int
 }
 
 // connectReport is the --json document.
@@ -79,11 +118,14 @@ type connectReport struct {
 func runConnectBench(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("connect-bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	rtt := fs.Duration("rtt", 150*time.Millisecond, "round trip the WAN relay adds")
+	rtt := fs.Duration("rtt", 150*time.Millisecond, "round trip the WAN emulator adds")
 	n := fs.Int("n", 20, "new sessions per path")
 	pathsFlag := fs.String("paths", "", "comma-separated `paths` to run (default: all)")
 	jsonFile := fs.String("json", "", "write the results as JSON to `FILE`")
 	htmlFile := fs.String("html", "", "write a self-contained page with a chart of the results to `FILE`")
+	wanMode := fs.String("wan", wan.ModeRelay, "WAN emulation `mode`: relay (user-space relay, any user) or packet (IP packets between network namespaces; root or CAP_NET_ADMIN+CAP_SYS_ADMIN)")
+	client := fs.String("client", "", "also run the shell `command` (e.g. \"psql -Atc 'select 1'\") through a timing proxy on the tcp, edge and edge-local paths")
+	clientN := fs.Int("client-n", 7, "runs of --client per path, with and without the WAN")
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), connectBenchUsage)
 		fs.PrintDefaults()
@@ -110,8 +152,23 @@ func runConnectBench(ctx context.Context, args []string, stdout, stderr io.Write
 		fmt.Fprintln(stderr, "pgquic connect-bench: --rtt must be positive and --n at least 1")
 		return 2
 	}
+	if *clientN < 1 {
+		fmt.Fprintln(stderr, "pgquic connect-bench: --client-n must be at least 1")
+		return 2
+	}
+	if *wanMode != wan.ModeRelay && *wanMode != wan.ModePacket {
+		fmt.Fprintf(stderr, "pgquic connect-bench: --wan %q: want relay or packet\n", *wanMode)
+		return 2
+	}
+	if *wanMode == wan.ModePacket {
+		if err := wan.PacketPermitted(); err != nil {
+			fmt.Fprintf(stderr, "pgquic connect-bench: --wan packet: %v\n", err)
+			return 2
+		}
+	}
 	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	rep, err := connectBench(ctx, *rtt, *n, paths, logger)
+	rep, err := connectBench(ctx, connectOpts{rtt: *rtt, n: *n, paths: paths, packet: *wanMode == wan.ModePacket,
+		client: *client, clientN: *clientN}, logger)
 	if err != nil {
 		fmt.Fprintf(stderr, "pgquic connect-bench: %v\n", err)
 		return 1
@@ -123,6 +180,7 @@ func runConnectBench(ctx context.Context, args []string, stdout, stderr io.Write
 		fmt.Fprintf(tw, "%s\t%d RTT\t%.0f\t%.1f\t%.1f\t%.2f\n", r.Path, r.ModelRoundTrips, r.ModelMS, r.MedianMS, r.P99MS, r.MedianMS/r.ModelMS)
 	}
 	_ = tw.Flush()
+	printClientResults(stdout, rep)
 	if *jsonFile != "" {
 		b, _ := json.MarshalIndent(rep, "", "  ")
 		if err := os.WriteFile(*jsonFile, append(b, '\n'), 0o644); err != nil {
@@ -172,8 +230,21 @@ func connectBenchHTML(rep *connectReport) []byte {
 	return []byte(b.String())
 }
 
-// connectBench sets up the poolers, relays and edges and measures paths.
-func connectBench(ctx context.Context, rtt time.Duration, n int, paths []connectPath, logger *slog.Logger) (*connectReport, error) {
+// benchTarget is where a client reaches one upstream: an address and the
+// network namespace its sockets must be made in ("" for this one).
+type benchTarget struct{ addr, netns string }
+
+// dial opens a TCP connection to the target from its namespace.
+func (t benchTarget) dial(ctx context.Context, _, _ string) (net.Conn, error) {
+	var d net.Dialer
+	return wan.DialInNetns(t.netns, func(ctx context.Context, _, _ string) (net.Conn, error) {
+		return d.DialContext(ctx, "tcp", t.addr)
+	})(ctx, "tcp", t.addr)
+}
+
+// connectBench sets up the poolers, emulated paths and edges and measures
+// the paths.
+func connectBench(ctx context.Context, o connectOpts, logger *slog.Logger) (*connectReport, error) {
 	dir, err := os.MkdirTemp("", "pgquic-connect-bench-")
 	if err != nil {
 		return nil, err
@@ -235,34 +306,50 @@ func connectBench(ctx context.Context, rtt time.Duration, n int, paths []connect
 			_ = c()
 		}
 	}()
-	relay := func(upstream string) (string, error) {
-		r, err := wan.New(wan.Config{Listen: "127.0.0.1:0", Upstream: upstream, RTT: rtt}, logger)
+	mode := wan.ModeRelay
+	if o.packet {
+		mode = wan.ModePacket
+	}
+	emulate := func(upstream string) (benchTarget, error) {
+		cfg := wan.Config{Listen: "127.0.0.1:0", Upstream: upstream, RTT: o.rtt}
+		if o.packet {
+			cfg.Listen, cfg.Packet = "", true
+			p, err := wan.StartPacket(cfg, logger)
+			if err != nil {
+				return benchTarget{}, err
+			}
+			closers = append(closers, p.Close)
+			return benchTarget{p.Addr(), p.ClientNetns()}, nil
+		}
+		r, err := wan.New(cfg, logger)
 		if err != nil {
-			return "", err
+			return benchTarget{}, err
 		}
 		if err := r.Start(ctx); err != nil {
-			return "", err
+			return benchTarget{}, err
 		}
 		closers = append(closers, r.Close)
-		return r.Addr(), nil
+		return benchTarget{addr: r.Addr()}, nil
 	}
-	tcpA, err := relay(srvA.tcp.Addr().String())
+	tcpA, err := emulate(srvA.tcp.Addr().String())
 	if err != nil {
 		return nil, err
 	}
-	quicA, err := relay(srvA.quic.Addr().String())
+	quicA, err := emulate(srvA.quic.Addr().String())
 	if err != nil {
 		return nil, err
 	}
-	tcpB, err := relay(srvB.tcp.Addr().String())
+	tcpB, err := emulate(srvB.tcp.Addr().String())
 	if err != nil {
 		return nil, err
 	}
 	pin := srvA.quic.Fingerprint()
 	user := cluster.SuperUser
 
-	startEdge := func(local bool) (string, error) {
-		dc := quicclient.DialerConfig{Addr: quicA, Conns: 1, PinSHA256: pin}
+	// startEdge runs an in-process edge whose QUIC connection goes to
+	// pooler; its local listener stays on this namespace's loopback.
+	startEdge := func(local bool, pooler benchTarget) (string, error) {
+		dc := quicclient.DialerConfig{Addr: pooler.addr, Conns: 1, PinSHA256: pin}
 		ec := edge.Config{Listen: "127.0.0.1:0"}
 		if local {
 			dc.CertFile, dc.KeyFile = edgeCert, edgeKey
@@ -277,6 +364,16 @@ func connectBench(ctx context.Context, rtt time.Duration, n int, paths []connect
 			return "", err
 		}
 		closers = append(closers, d.Close)
+		if pooler.netns != "" {
+			// The Dialer binds its one UDP socket at its first dial: make
+			// that happen in the path's namespace (an empty stream costs
+			// the pooler nothing).
+			c, err := wan.DialInNetns(pooler.netns, d.DialFunc())(ctx, "tcp", "quic")
+			if err != nil {
+				return "", err
+			}
+			_ = c.Close()
+		}
 		ec.Dialer = d
 		e, err := edge.New(ec, logger, nil)
 		if err != nil {
@@ -292,33 +389,40 @@ func connectBench(ctx context.Context, rtt time.Duration, n int, paths []connect
 		return e.Addr().String(), nil
 	}
 
-	rep := &connectReport{RTTMS: ms(rtt), N: n, WAN: "relay", Date: time.Now().UTC().Format(time.RFC3339)}
-	for _, p := range paths {
+	rep := &connectReport{RTTMS: ms(o.rtt), N: o.n, WAN: mode, Date: time.Now().UTC().Format(time.RFC3339)}
+	for _, p := range o.paths {
 		var session func(context.Context) error
 		url := func(addr, extra string) string {
 			return fmt.Sprintf("postgres://%s@%s/postgres?%s", user, addr, extra)
 		}
-		pgSession := func(connString string, password string) func(context.Context) error {
+		pgSession := func(to benchTarget, extra, password string) func(context.Context) error {
 			return func(ctx context.Context) error {
-				cfg, err := pgconn.ParseConfig(connString)
+				cfg, err := pgconn.ParseConfig(url(to.addr, extra))
 				if err != nil {
 					return err
 				}
 				cfg.Password = password
+				if to.netns != "" {
+					cfg.DialFunc = to.dial
+				}
 				return firstRow(ctx, cfg)
 			}
 		}
 		warm := 0
+		// target and direct are where --client runs: across the WAN and
+		// without it.
+		var target, direct benchTarget
 		switch p.name {
 		case "tcp":
-			session = pgSession(url(tcpA, "sslmode=disable"), "")
+			session = pgSession(tcpA, "sslmode=disable", "")
+			target, direct = tcpA, benchTarget{addr: srvA.tcp.Addr().String()}
 		case "tcp+tls":
-			session = pgSession(url(tcpA, "sslmode=require"), "")
+			session = pgSession(tcpA, "sslmode=require", "")
 		case "tcp+tls+scram":
-			session = pgSession(url(tcpB, "sslmode=require"), cluster.SuperPassword)
+			session = pgSession(tcpB, "sslmode=require", cluster.SuperPassword)
 		case "quic":
 			session = func(ctx context.Context) error {
-				d, err := quicclient.NewDialer(quicclient.DialerConfig{Addr: quicA, Conns: 1, PinSHA256: pin}, logger)
+				d, err := quicclient.NewDialer(quicclient.DialerConfig{Addr: quicA.addr, Conns: 1, PinSHA256: pin}, logger)
 				if err != nil {
 					return err
 				}
@@ -327,18 +431,25 @@ func connectBench(ctx context.Context, rtt time.Duration, n int, paths []connect
 				if err != nil {
 					return err
 				}
-				cfg.DialFunc, cfg.LookupFunc = d.DialFunc(), d.LookupFunc()
+				cfg.DialFunc, cfg.LookupFunc = wan.DialInNetns(quicA.netns, d.DialFunc()), d.LookupFunc()
 				return firstRow(ctx, cfg)
 			}
 		case "quic-resumed":
 			session = resumedSession(quicA, pin, edgeCert, edgeKey, filepath.Join(dir, "session-cache"), url("quic", "sslmode=disable"), logger)
 		case "edge", "edge-local":
-			addr, err := startEdge(p.name == "edge-local")
+			addr, err := startEdge(p.name == "edge-local", quicA)
 			if err != nil {
 				return nil, err
 			}
-			session = pgSession(url(addr, "sslmode=disable"), "")
+			target = benchTarget{addr: addr}
+			session = pgSession(target, "sslmode=disable", "")
 			warm = 2 // the QUIC connection, and the greeting cache
+			if o.client != "" {
+				if addr, err = startEdge(p.name == "edge-local", benchTarget{addr: srvA.quic.Addr().String()}); err != nil {
+					return nil, err
+				}
+				direct = benchTarget{addr: addr}
+			}
 		}
 		// One warm-up session per path (pools, parameter spellings), more
 		// for the edges.
@@ -347,20 +458,93 @@ func connectBench(ctx context.Context, rtt time.Duration, n int, paths []connect
 				return nil, fmt.Errorf("%s: warm-up session: %w", p.name, err)
 			}
 		}
-		res := connectResult{Path: p.name, ModelRoundTrips: p.rtts, ModelMS: ms(rtt) * float64(p.rtts)}
-		for range n {
+		res := connectResult{Path: p.name, ModelRoundTrips: p.rtts, ModelMS: ms(o.rtt) * float64(p.rtts)}
+		for range o.n {
 			start := time.Now()
 			if err := session(ctx); err != nil {
 				return nil, fmt.Errorf("%s: %w", p.name, err)
 			}
 			res.SamplesMS = append(res.SamplesMS, ms(time.Since(start)))
 		}
-		sorted := slices.Sorted(slices.Values(res.SamplesMS))
-		res.MedianMS = sorted[len(sorted)/2]
-		res.P99MS = sorted[min(len(sorted)-1, (len(sorted)*99+99)/100-1)]
+		res.MedianMS, res.P99MS = median(res.SamplesMS), p99(res.SamplesMS)
+		if o.client != "" && target.addr != "" {
+			if res.Client, err = measureClient(ctx, o, target, direct, user); err != nil {
+				return nil, fmt.Errorf("%s: %w", p.name, err)
+			}
+		}
 		rep.Paths = append(rep.Paths, res)
 	}
 	return rep, nil
+}
+
+// measureClient runs o.client through a timing proxy in front of target
+// (across the WAN) and of direct (without it), two warm-up runs each (a
+// client's startup parameters are its own greeting-cache entry on an
+// edge), then o.clientN runs each, alternating.
+func measureClient(ctx context.Context, o connectOpts, target, direct benchTarget, user string) (*clientResult, error) {
+	res := &clientResult{Command: o.client}
+	proxies := make([]*firstRowProxy, 2)
+	for i, to := range []benchTarget{target, direct} {
+		p, err := newFirstRowProxy(func(ctx context.Context) (net.Conn, error) { return to.dial(ctx, "tcp", to.addr) })
+		if err != nil {
+			return nil, err
+		}
+		defer p.Close()
+		proxies[i] = p
+		for range 2 {
+			if _, err := runClient(ctx, o.client, p, user); err != nil {
+				return nil, fmt.Errorf("--client warm-up: %w", err)
+			}
+		}
+	}
+	for range o.clientN {
+		for i, p := range proxies {
+			r, err := runClient(ctx, o.client, p, user)
+			if err != nil {
+				return nil, err
+			}
+			if i == 0 {
+				res.WireMS, res.WallMS = append(res.WireMS, ms(r.wire)), append(res.WallMS, ms(r.wall))
+			} else {
+				res.NoWANWireMS, res.NoWANWallMS = append(res.NoWANWireMS, ms(r.wire)), append(res.NoWANWallMS, ms(r.wall))
+			}
+		}
+	}
+	res.WireMedianMS, res.WallMedianMS = median(res.WireMS), median(res.WallMS)
+	res.NoWANWireMedianMS, res.NoWANWallMedianMS = median(res.NoWANWireMS), median(res.NoWANWallMS)
+	return res, nil
+}
+
+// printClientResults prints the --client table, nothing when none ran.
+func printClientResults(w io.Writer, rep *connectReport) {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	header := false
+	for _, r := range rep.Paths {
+		c := r.Client
+		if c == nil {
+			continue
+		}
+		if !header {
+			fmt.Fprintf(tw, "\nclient %q, %d runs per path: first byte to first DataRow at the wire, and the command's wall time (median ms)\n", c.Command, len(c.WireMS))
+			fmt.Fprintln(tw, "path\tmodel ms\twire\twire - model\twall\tno WAN: wire\tno WAN: wall")
+			header = true
+		}
+		fmt.Fprintf(tw, "%s\t%.0f\t%.1f\t%+.1f\t%.1f\t%.1f\t%.1f\n", r.Path, r.ModelMS, c.WireMedianMS, c.WireMedianMS-r.ModelMS,
+			c.WallMedianMS, c.NoWANWireMedianMS, c.NoWANWallMedianMS)
+	}
+	_ = tw.Flush()
+}
+
+// median returns the middle sample (the upper one of an even count).
+func median(samples []float64) float64 {
+	sorted := slices.Sorted(slices.Values(samples))
+	return sorted[len(sorted)/2]
+}
+
+// p99 returns the 99th percentile sample, nearest rank.
+func p99(samples []float64) float64 {
+	sorted := slices.Sorted(slices.Values(samples))
+	return sorted[min(len(sorted)-1, (len(sorted)*99+99)/100-1)]
 }
 
 // firstRow opens a session with cfg, runs SELECT 1 and reads its result:
@@ -436,9 +620,9 @@ func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond)
 // process does, a fresh Dialer (new UDP socket, new QUIC connection) with
 // the ticket and the greeting an earlier one left in the session cache
 // file, and local startup. It fails when the handshake did not resume.
-func resumedSession(addr, pin, cert, key, cacheFile, connString string, logger *slog.Logger) func(context.Context) error {
+func resumedSession(t benchTarget, pin, cert, key, cacheFile, connString string, logger *slog.Logger) func(context.Context) error {
 	return func(ctx context.Context) error {
-		d, err := quicclient.NewDialer(quicclient.DialerConfig{Addr: addr, Conns: 1, PinSHA256: pin,
+		d, err := quicclient.NewDialer(quicclient.DialerConfig{Addr: t.addr, Conns: 1, PinSHA256: pin,
 			CertFile: cert, KeyFile: key, LocalStartup: true, SessionCacheFile: cacheFile}, logger)
 		if err != nil {
 			return err
@@ -448,7 +632,9 @@ func resumedSession(addr, pin, cert, key, cacheFile, connString string, logger *
 		if err != nil {
 			return err
 		}
-		cfg.DialFunc, cfg.LookupFunc = d.DialFunc(), d.LookupFunc()
+		// The dialer binds its UDP socket at the first dial, so in packet
+		// mode that dial runs inside the client namespace.
+		cfg.DialFunc, cfg.LookupFunc = wan.DialInNetns(t.netns, d.DialFunc()), d.LookupFunc()
 		earlier := d.GreetingStore() != nil && len(d.GreetingStore().LoadGreetings()) > 0
 		if err := firstRow(ctx, cfg); err != nil {
 			return err

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
@@ -234,6 +235,10 @@ func runEdgeWith(ctx context.Context, ec edgeConfig, logger *slog.Logger) error 
 	attrs := []any{"listen", sidecar.Addr().String(), "pooler", ec.pooler, "conns", ec.conns, "streams", ec.streams}
 	if fp := dialer.CertFingerprint(); fp != "" {
 		attrs = append(attrs, "cert_fingerprint", fp)
+		// The subject too, as an edge-trust CA line's subject= sees it.
+		if pair, err := tls.LoadX509KeyPair(ec.cert, ec.key); err == nil && pair.Leaf != nil {
+			attrs = append(attrs, "cert_subject", pgauth.CertSubject(pair.Leaf))
+		}
 	}
 	if ec.localAuth != "" {
 		attrs = append(attrs, "local_auth", ec.localAuth, "local_startup", ec.localStartup)

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"net"
@@ -53,8 +54,8 @@ func (r *reloadable) Authenticate(ctx context.Context, ex pooler.AuthExchange, u
 }
 
 // Edge implements pooler.EdgeTrust with the edge_trust table in force.
-func (r *reloadable) Edge(fingerprint string) (*pgauth.EdgeGrant, bool) {
-	return r.edges.Load().Edge(fingerprint)
+func (r *reloadable) Edge(certs []*x509.Certificate) (*pgauth.EdgeGrant, bool) {
+	return r.edges.Load().Edge(certs)
 }
 
 // certificate is the TCP front's tls.Config.GetCertificate.

@@ -121,7 +121,7 @@ func parseServeFlags(args []string, stdout, stderr io.Writer) (*config.Config, e
 		quicPerSrc  = fs.Int("quic-max-conns-per-source", 0, "QUIC connections one client source (IPv4 address, IPv6 /64) may hold; 0 means a quarter of quic_max_conns")
 		authMethod  = fs.String("auth-method", config.DefaultAuthMethod, "client authentication `method`: trust, scram-sha-256, md5 or password; trust must be given explicitly on a listen address other than loopback")
 		authFile    = fs.String("auth-file", "", "PgBouncer-format userlist `file` (\"user\" \"secret\" per line)")
-		edgeTrust   = fs.String("edge-trust", "", "`file` of trusted edges, \"SHA256-FINGERPRINT USERS DATABASES\" per line (comma lists, * for any): a QUIC client with a listed certificate opens sessions for them without a password")
+		edgeTrust   = fs.String("edge-trust", "", "`file` of trusted edges, \"SHA256-FINGERPRINT USERS DATABASES\" or \"ca=FILE subject=PATTERN|cn=PATTERN USERS DATABASES\" per line (comma lists, * for any): a QUIC client with a trusted certificate opens sessions for them without a password")
 		adminUsers  = fs.String("admin-users", "", "comma-separated `users` allowed on the admin console (databases pgquic and pgbouncer: SHOW POOLS, PAUSE...), authenticated like any client")
 		logLevel    = fs.String("log-level", config.DefaultLogLevel, "log `level`: debug, info, warn or error")
 		logFormat   = fs.String("log-format", config.DefaultLogFormat, "log `format`: text or json")

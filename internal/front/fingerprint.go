@@ -8,7 +8,7 @@ import (
 )
 
 // Fingerprint returns the SHA-256 of a certificate's DER bytes as lower-case
-// hex, the spelling of Peer.ClientCertSHA256, of the fingerprint the QUIC
+// hex, the spelling the pooler's edge trust gives Peer.ClientCerts' leaf, of the fingerprint the QUIC
 // front logs for its own certificate and of the pins clients give.
 func Fingerprint(der []byte) string {
 	sum := sha256.Sum256(der)

@@ -7,6 +7,7 @@ package front
 
 import (
 	"context"
+	"crypto/x509"
 	"io"
 	"net"
 )
@@ -43,15 +44,17 @@ type Peer struct {
 	// answered 'N' and the session continues in the clear inside it.
 	Secure bool
 
-	// ClientCertSHA256 is the SHA-256 fingerprint (lower-case hex,
-	// Fingerprint) of the leaf certificate the client presented in its TLS
-	// handshake, or "" when it presented none. The TLS handshake proved the
-	// client holds the certificate's key, so the fingerprint identifies the
-	// client as a password would; the handler decides whether it trusts it
-	// (the pooler's edge trust). The QUIC front fills it in; a session
-	// resumed from a TLS ticket carries the certificate of the handshake
+	// ClientCerts is the certificate chain the client presented in its TLS
+	// handshake, leaf first, as sent and not verified against any CA; nil
+	// when it presented none. The TLS handshake proved the client holds
+	// the leaf's key, so the leaf identifies the client as a password
+	// would; the handler decides whether it trusts it (the pooler's edge
+	// trust, by the leaf's Fingerprint or by verifying the chain against
+	// a CA it names). The QUIC front fills it in, the same slice for every
+	// session of a connection, so the handler must not modify it; a
+	// session resumed from a TLS ticket carries the chain of the handshake
 	// that issued the ticket.
-	ClientCertSHA256 string
+	ClientCerts []*x509.Certificate
 
 	// StartTLS, when non-nil, is called after the handler answered 'S' to an
 	// SSLRequest. It performs the TLS handshake on the underlying connection

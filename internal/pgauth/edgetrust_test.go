@@ -2,11 +2,14 @@ package pgauth
 
 import (
 	"bytes"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/pgquic/pgquic/internal/testca"
 )
 
 const (
@@ -22,18 +25,18 @@ func TestParseEdgeTrust(t *testing.T) {
 		colons = append(colons, strings.ToUpper(fpB[i:i+2]))
 	}
 	file := "# edges\n\n" + fpA + "\tapp,report  *\n  SHA256:" + strings.Join(colons, ":") + " * app_db,pgquic # trailing words are not comments\n"
-	if _, err := ParseEdgeTrust(strings.NewReader(file)); err == nil {
+	if _, err := ParseEdgeTrust(strings.NewReader(file), nil); err == nil {
 		t.Fatal("a line with four fields parsed")
 	}
 	file = "# edges\n\n" + fpA + "\tapp,report  *\n  SHA256:" + strings.Join(colons, ":") + " * app_db,pgquic\n"
-	et, err := ParseEdgeTrust(strings.NewReader(file))
+	et, err := ParseEdgeTrust(strings.NewReader(file), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if et.Len() != 2 {
 		t.Fatalf("Len = %d, want 2", et.Len())
 	}
-	a, ok := et.Edge(fpA)
+	a, ok := et.byFingerprint(fpA)
 	if !ok || a.Line != 3 {
 		t.Fatalf("Edge(A) = %+v, %v", a, ok)
 	}
@@ -57,17 +60,17 @@ func TestParseEdgeTrust(t *testing.T) {
 	if a.ListsDatabase("pgquic") {
 		t.Error(`"*" lists the console`)
 	}
-	b, ok := et.Edge(fpB)
+	b, ok := et.byFingerprint(fpB)
 	if !ok || !b.AllowsUser("anyone") || !b.AllowsDatabase("app_db") || b.AllowsDatabase("other") || !b.ListsDatabase("pgquic") {
 		t.Errorf("Edge(B) = %+v, %v", b, ok)
 	}
 	for _, fp := range []string{"", strings.ToUpper(fpA), fpA[:63] + "0"} {
-		if _, ok := et.Edge(fp); ok {
+		if _, ok := et.byFingerprint(fp); ok {
 			t.Errorf("Edge(%q) trusted", fp)
 		}
 	}
 	var none *EdgeTrust
-	if _, ok := none.Edge(fpA); ok || none.Len() != 0 {
+	if _, ok := none.byFingerprint(fpA); ok || none.Len() != 0 {
 		t.Error("a nil table trusts")
 	}
 }
@@ -85,7 +88,7 @@ func TestParseEdgeTrustBad(t *testing.T) {
 		{fpA + " * db,*\n", `line 1: databases: "db,*": "*" stands alone`},
 		{fpA + " * " + strings.Repeat("d", maxEdgeTrustLine) + "\n", "line 1: bufio.Scanner: token too long"},
 	} {
-		_, err := ParseEdgeTrust(strings.NewReader(tc.file))
+		_, err := ParseEdgeTrust(strings.NewReader(tc.file), nil)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("ParseEdgeTrust(%.40q) = %v, want %q", tc.file, err, tc.want)
 		}
@@ -102,15 +105,29 @@ func TestParseEdgeTrustBad(t *testing.T) {
 	}
 }
 
-// FuzzParseEdgeTrust checks that no file makes the parser panic and that
-// every grant it returns names its certificate in Fingerprint's spelling
-// and no empty or "*" name.
+// FuzzParseEdgeTrust checks that no file makes the parser panic, that
+// every fingerprint grant names its certificate in Fingerprint's spelling,
+// that every CA grant has its CA's certificates and a subject or CN
+// pattern, and that no grant holds an empty or "*" name. CA lines may name
+// ca.pem (a real CA) or bad.pem (not PEM); any other file does not exist.
 func FuzzParseEdgeTrust(f *testing.F) {
+	caPEM := testca.New(f, "fuzz CA").PEM()
+	readCA := func(name string) ([]byte, error) {
+		switch name {
+		case "ca.pem":
+			return caPEM, nil
+		case "bad.pem":
+			return []byte("not a certificate"), nil
+		}
+		return nil, fs.ErrNotExist
+	}
 	f.Add([]byte("# c\n" + fpA + " app,report *\n"))
 	f.Add([]byte("sha256:" + fpB + "\t*\tdb1,db2\r\n\n"))
 	f.Add([]byte(fpA + " * *\n" + fpA + " * *\n"))
+	f.Add([]byte("ca=ca.pem cn=edge-1 app appdb\nca=ca.pem subject=\"/^CN=edge-[0-9]+,O=Example \"\"Co\"\"$\" * *\n"))
+	f.Add([]byte("ca=bad.pem cn=x * *\nca=ca.pem cn=/( * *\n"))
 	f.Fuzz(func(t *testing.T, data []byte) {
-		et, err := ParseEdgeTrust(bytes.NewReader(data))
+		et, err := ParseEdgeTrust(bytes.NewReader(data), readCA)
 		if err != nil {
 			return
 		}
@@ -118,9 +135,21 @@ func FuzzParseEdgeTrust(f *testing.F) {
 			if g.Fingerprint != fp || len(fp) != 64 || strings.ToLower(fp) != fp {
 				t.Fatalf("grant %+v under %q", g, fp)
 			}
-			if slices.Contains(g.Users, "") || slices.Contains(g.Users, "*") || slices.Contains(g.Databases, "") || slices.Contains(g.Databases, "*") {
-				t.Fatalf("grant %+v holds an empty or wildcard name", g)
+			checkGrantNames(t, g)
+		}
+		for _, g := range et.byCA {
+			if g.CA != "ca.pem" || g.roots == nil || (g.Subject == nil && g.CN == nil) || g.Fingerprint != "" {
+				t.Fatalf("CA grant %+v", g)
 			}
+			checkGrantNames(t, g)
 		}
 	})
+}
+
+// checkGrantNames fails when a grant holds an empty or wildcard name.
+func checkGrantNames(t *testing.T, g *EdgeGrant) {
+	t.Helper()
+	if slices.Contains(g.Users, "") || slices.Contains(g.Users, "*") || slices.Contains(g.Databases, "") || slices.Contains(g.Databases, "*") {
+		t.Fatalf("grant %+v holds an empty or wildcard name", g)
+	}
 }

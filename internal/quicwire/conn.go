@@ -207,5 +207,5 @@ func AppCode(c pgproto.QUICErrorCode) quic.ApplicationErrorCode {
 
 // Fingerprint returns the hex SHA-256 of a DER certificate: the value a
 // client pins and a server with a generated certificate logs.
-// It is front.Fingerprint, the spelling Peer.ClientCertSHA256 uses too.
+// It is front.Fingerprint, the spelling edge-trust files use too.
 func Fingerprint(der []byte) string { return front.Fingerprint(der) }
