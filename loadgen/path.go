@@ -3,6 +3,7 @@ package loadgen
 import (
 	"context"
 	"net"
+	"slices"
 	"sync"
 	"time"
 
@@ -41,8 +42,9 @@ func (c *Clients) PathStats() PathStats {
 // tcpConns remembers every TCP connection the client dialed, with its last
 // TCP_INFO reading, so counters survive a reconnect.
 type tcpConns struct {
-	mu    sync.Mutex
-	conns []*tcpConn
+	mu      sync.Mutex
+	conns   []*tcpConn
+	retired PathStats // counters of connections that left conns
 }
 
 type tcpConn struct {
@@ -50,16 +52,50 @@ type tcpConn struct {
 	last wan.TCPPathInfo
 }
 
-func (t *tcpConns) add(c net.Conn) {
+func (t *tcpConns) add(c net.Conn) *tcpConn {
+	tc := &tcpConn{conn: c}
 	t.mu.Lock()
-	t.conns = append(t.conns, &tcpConn{conn: c})
+	t.conns = append(t.conns, tc)
 	t.mu.Unlock()
+	return tc
+}
+
+// retire reads tc's counters a last time, adds them to the totals and
+// forgets it; call it before the connection closes.
+func (t *tcpConns) retire(tc *tcpConn) {
+	info, err := wan.TCPInfo(tc.conn)
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if err == nil {
+		tc.last = info
+	}
+	t.retired.Retransmits += tc.last.Retransmits
+	t.retired.SentPackets += tc.last.SentPackets
+	t.retired.LostPackets += tc.last.LostPackets
+	if i := slices.Index(t.conns, tc); i >= 0 {
+		t.conns[i] = t.conns[len(t.conns)-1]
+		t.conns = t.conns[:len(t.conns)-1]
+	}
+}
+
+// retiringConn is a session-per-query TCP connection: its Close retires it
+// from tcpConns first.
+type retiringConn struct {
+	net.Conn
+	t    *tcpConns
+	tc   *tcpConn
+	once sync.Once
+}
+
+func (r *retiringConn) Close() error {
+	r.once.Do(func() { r.t.retire(r.tc) })
+	return r.Conn.Close()
 }
 
 func (t *tcpConns) stats() PathStats {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	var st PathStats
+	st := t.retired
 	var srtt time.Duration
 	live := 0
 	for _, c := range t.conns {
@@ -87,11 +123,19 @@ func inNetns(ns string, dial pgconn.DialFunc) pgconn.DialFunc {
 	}
 	return func(ctx context.Context, network, addr string) (net.Conn, error) {
 		var conn net.Conn
-		err := wan.InNetns(ns, func() error {
+		err := inNetnsDo(ns, func() error {
 			var err error
 			conn, err = dial(ctx, network, addr)
 			return err
 		})
 		return conn, err
 	}
+}
+
+// inNetnsDo runs f on a thread inside namespace ns, or here when ns is "".
+func inNetnsDo(ns string, f func() error) error {
+	if ns == "" {
+		return f()
+	}
+	return wan.InNetns(ns, f)
 }

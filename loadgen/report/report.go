@@ -204,6 +204,31 @@ type Run struct {
 	// Reconnects counts sessions re-opened during the run after their
 	// connection broke.
 	Reconnects int64 `json:"reconnects,omitempty"`
+	// SessionPath names, in a session-per-query run, how each new session
+	// was opened: "tcp", "tcp+tls" or "edge-local" (through an edge with
+	// local startup over a warm QUIC connection); empty in other runs.
+	SessionPath string `json:"session_path,omitempty"`
+	// NewSessions counts the sessions a session-per-query run opened
+	// (about completed + errors: one per query that started); nil in other
+	// runs.
+	NewSessions *int64 `json:"new_sessions,omitempty"`
+	// ConnectMs is the time from the dial to a ready session
+	// (ReadyForQuery) in a session-per-query run, in milliseconds; nil in
+	// other runs.
+	ConnectMs *ConnectLatency `json:"connect_ms,omitempty"`
+	// ModelRoundTrips is, in a session-per-query run, the network round
+	// trips the model counts per query (new session and query, see
+	// model.ChurnRoundTrips), ModelConnectRoundTrips those before the
+	// session is ready; PredictedLatencyMs is ModelRoundTrips x RTT + exec +
+	// overhead, beside LatencyMs.P50.
+	ModelRoundTrips        int     `json:"model_round_trips,omitempty"`
+	ModelConnectRoundTrips int     `json:"model_connect_round_trips,omitempty"`
+	PredictedLatencyMs     float64 `json:"predicted_latency_ms,omitempty"`
+	// PredictedPortCeilingQPS is, for a TCP session-per-query run across a
+	// real path (packet mode), the new connections per second the client's
+	// ephemeral ports allow while each closed one waits in TIME_WAIT
+	// (model.PortCeiling); 0 when it does not apply.
+	PredictedPortCeilingQPS float64 `json:"predicted_port_ceiling_qps,omitempty"`
 	// ErrorKinds counts failed queries by kind: "SQLSTATE xxxxx" for an
 	// error from the server, "connection", "timeout" or "other", so a run
 	// full of errors says what they were.
@@ -225,6 +250,12 @@ type Connect struct {
 	// QUICConns is the number of live QUIC connections after connecting
 	// (QUIC only).
 	QUICConns int `json:"quic_conns,omitempty"`
+}
+
+// ConnectLatency is the time to a ready new session, in milliseconds.
+type ConnectLatency struct {
+	P50 float64 `json:"p50"`
+	P99 float64 `json:"p99"`
 }
 
 // Latency is a latency summary in milliseconds.
