@@ -589,8 +589,8 @@ func (rs *rampSession) runTransport(ctx context.Context, rr rampRun) (*rampResul
 			label, st.Sessions, roundDur(st.P50), roundDur(st.Max), model.FormatQPS(rc.from), model.FormatQPS(rc.to), rc.duration)
 	} else {
 		fmt.Fprintf(rs.out, "%s: %s sessions connected in %s (each: p50 %s, max %s); ramp %s -> %s q/s over %v\n",
-		label, model.FormatQPS(float64(st.Sessions)), roundDur(st.Total), roundDur(st.P50), roundDur(st.Max),
-		model.FormatQPS(rc.from), model.FormatQPS(rc.to), rc.duration)
+			label, model.FormatQPS(float64(st.Sessions)), roundDur(st.Total), roundDur(st.P50), roundDur(st.Max),
+			model.FormatQPS(rc.from), model.FormatQPS(rc.to), rc.duration)
 	}
 
 	emuBase, _ := emu.CPU()
