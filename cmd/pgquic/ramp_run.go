@@ -613,6 +613,13 @@ func (rs *rampSession) runTransport(ctx context.Context, rr rampRun) (*rampResul
 	}
 	run := res.ReportRun(clients)
 	_ = clients.Close()
+	if cc.SessionPerQuery && rs.srv != nil {
+		n := rs.poolerClientsDrained(ctx)
+		run.PoolerClientsAfter = &n
+		if n > 0 {
+			fmt.Fprintf(rs.out, "%s: the pooler still holds %d client sessions after the run\n", label, n)
+		}
+	}
 	stats, serr := emu.Stop()
 	stopped = true
 
@@ -694,6 +701,27 @@ func (rs *rampSession) runTransport(ctx context.Context, rr rampRun) (*rampResul
 		rs.logger.Warn("WAN emulator counters", "err", serr)
 	}
 	return r, nil
+}
+
+// poolerClientsDrained waits, up to rampShutdownGrace, for the in-process
+// pooler to see every client session end, and returns how many it still
+// holds (logged in or starting): 0 when sessions close cleanly.
+func (rs *rampSession) poolerClientsDrained(ctx context.Context) int {
+	count := func() int { return len(rs.srv.pooler.Clients()) + rs.srv.pooler.StartingSessions() }
+	deadline := time.Now().Add(rampShutdownGrace)
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		n := count()
+		if n == 0 || time.Now().After(deadline) {
+			return n
+		}
+		select {
+		case <-ctx.Done():
+			return count()
+		case <-tick.C:
+		}
+	}
 }
 
 // cpuSampler reads the emulator's CPU time at the end of every second of a

@@ -69,13 +69,20 @@ func runColor(rep *Report, i int) color.RGBA {
 	return otherColors[(i+earlier)%len(otherColors)]
 }
 
-// runLabel names a run in legends: "TCP" or "QUIC", with the run's index
-// when two runs share a transport.
+// runLabel names a run in legends: "TCP" or "QUIC" (or, in a
+// session-per-query run, its session path such as "EDGE-LOCAL"), with the
+// run's index when two runs share that name.
 func runLabel(rep *Report, i int) string {
+	name := func(r *Run) string {
+		if r.SessionPath != "" {
+			return r.SessionPath
+		}
+		return r.Transport
+	}
 	r := &rep.Runs[i]
-	label := strings.ToUpper(r.Transport)
+	label := strings.ToUpper(name(r))
 	for j := range rep.Runs {
-		if j != i && rep.Runs[j].Transport == r.Transport {
+		if j != i && name(&rep.Runs[j]) == name(r) {
 			return fmt.Sprintf("%s #%d", label, i+1)
 		}
 	}

@@ -229,6 +229,11 @@ type Run struct {
 	// ephemeral ports allow while each closed one waits in TIME_WAIT
 	// (model.PortCeiling); 0 when it does not apply.
 	PredictedPortCeilingQPS float64 `json:"predicted_port_ceiling_qps,omitempty"`
+	// PoolerClientsAfter is, for a session-per-query run against the
+	// in-process pooler, the client sessions the pooler still held once
+	// the run's sessions were closed and it had a few seconds to see them
+	// end: 0 when every session ended cleanly; nil when not checked.
+	PoolerClientsAfter *int `json:"pooler_clients_after,omitempty"`
 	// ErrorKinds counts failed queries by kind: "SQLSTATE xxxxx" for an
 	// error from the server, "connection", "timeout" or "other", so a run
 	// full of errors says what they were.

@@ -1,0 +1,137 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/pgquic/pgquic/internal/pgtest"
+	"github.com/pgquic/pgquic/loadgen/report"
+)
+
+// TestRampChurnFlags checks the --session-per-query defaults and what it
+// refuses.
+func TestRampChurnFlags(t *testing.T) {
+	rc, err := parseRampFlags([]string{"--session-per-query"}, &bytes.Buffer{}, &bytes.Buffer{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rc.from != 10 || rc.to != 200 || rc.duration != 20*time.Second || rc.tcpConns != 100 || rc.quicConns != 1 ||
+		rc.streams != 100 || rc.rtt != 150*time.Millisecond {
+		t.Errorf("churn defaults: %+v", rc)
+	}
+	runs := rc.runs()
+	if len(runs) != 3 || runs[0].churn != "tcp" || runs[1].churn != "tcp+tls" || runs[2].churn != "edge-local" {
+		t.Errorf("runs %+v, want tcp, tcp+tls, edge-local", runs)
+	}
+	rc, err = parseRampFlags([]string{"--session-per-query", "--to", "50", "--tcp-conns", "7"}, &bytes.Buffer{}, &bytes.Buffer{})
+	if err != nil || rc.to != 50 || rc.tcpConns != 7 || rc.from != 10 {
+		t.Errorf("explicit flags win: %+v, %v", rc, err)
+	}
+	for _, tt := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--session-per-query", "--tcp-target", "127.0.0.1:1", "--tcp-tls=false"}, "--session-per-query runs against the in-process pooler"},
+		{[]string{"--session-per-query", "--tcp-tls=false"}, "drop --tcp-tls"},
+	} {
+		var stderr bytes.Buffer
+		if _, err := parseRampFlags(tt.args, &bytes.Buffer{}, &stderr); err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("%v: %v, want %q", tt.args, err, tt.want)
+		}
+	}
+}
+
+// TestRampSessionPerQuery runs a small churn ramp in relay mode at a 50 ms
+// round trip: every query accounted for, one new session per query, the
+// connect times reported, every session closed at the pooler, and the
+// model's round trips visible in the latencies: about 1 RTT through the
+// edge with local startup, about 3 over plain TCP, 5 with TLS.
+func TestRampSessionPerQuery(t *testing.T) {
+	if _, err := pgtest.Binaries(); err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("PostgreSQL is required under CI: %v", err)
+		}
+		t.Skipf("PostgreSQL not installed: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	out := filepath.Join(t.TempDir(), "results")
+	var stdout, stderr lockedBuffer
+	code := runRampTest(ctx, t, []string{"--session-per-query", "--wan", "relay", "--rtt", "50ms", "--from", "10", "--to", "30",
+		"--duration", "2s", "--tcp-conns", "20", "--streams", "20", "--calibrate", "20", "--out", out}, &stdout, &stderr)
+	if code != 0 {
+		t.Fatalf("exit code %d\nstdout:\n%s\nstderr:\n%s", code, stdout.String(), stderr.String())
+	}
+	rep, err := report.ReadJSON(filepath.Join(out, "ramp.json")) // validates the accounting
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Runs) != 3 {
+		t.Fatalf("%d runs, want tcp, tcp+tls and edge-local", len(rep.Runs))
+	}
+	const rtt = 50.0
+	for i, want := range []struct {
+		path      string
+		transport string
+		tls       bool
+		k         int
+	}{{"tcp", "tcp", false, 3}, {"tcp+tls", "tcp", true, 5}, {"edge-local", "quic", true, 1}} {
+		r := rep.Runs[i]
+		if r.SessionPath != want.path || r.Transport != want.transport || r.TLS != want.tls || r.ModelRoundTrips != want.k {
+			t.Errorf("run %d: path %q transport %q TLS %v k %d, want %+v", i, r.SessionPath, r.Transport, r.TLS, r.ModelRoundTrips, want)
+		}
+		// (10 + 30) / 2 x 2 s, evenly spaced.
+		if r.Scheduled != 40 || r.Completed+r.Errors+r.Unfinished != r.Scheduled {
+			t.Errorf("%s: scheduled %d = completed %d + errors %d + unfinished %d, want 40 scheduled",
+				r.SessionPath, r.Scheduled, r.Completed, r.Errors, r.Unfinished)
+		}
+		if r.Errors != 0 || r.Completed < r.Scheduled*9/10 {
+			t.Errorf("%s: %d completed, %d errors (kinds %v)", r.SessionPath, r.Completed, r.Errors, r.ErrorKinds)
+		}
+		// One new session per query that started: all but at most the
+		// unfinished ones that never got one.
+		if r.NewSessions == nil || *r.NewSessions < r.Completed+r.Errors || *r.NewSessions > r.Scheduled {
+			t.Errorf("%s: new_sessions %v, want completed + errors (%d) to scheduled (%d)", r.SessionPath, r.NewSessions, r.Completed+r.Errors, r.Scheduled)
+		}
+		if r.ConnectMs == nil || r.ConnectMs.P50 <= 0 || r.ConnectMs.P99 < r.ConnectMs.P50 {
+			t.Errorf("%s: connect_ms %+v", r.SessionPath, r.ConnectMs)
+		}
+		if r.PoolerClientsAfter == nil || *r.PoolerClientsAfter != 0 {
+			t.Errorf("%s: the pooler holds %v client sessions after the run, want 0", r.SessionPath, r.PoolerClientsAfter)
+		}
+		if r.PredictedLatencyMs < float64(want.k)*rtt || r.PredictedCeilingQPS <= 0 {
+			t.Errorf("%s: predicted latency %.1f ms, ceiling %.0f q/s", r.SessionPath, r.PredictedLatencyMs, r.PredictedCeilingQPS)
+		}
+		// The median is k round trips plus a little: generous bounds for a
+		// noisy machine, still far apart for 1, 3 and 5.
+		lo, hi := float64(want.k)*rtt*0.9, float64(want.k)*rtt+0.8*rtt
+		if p50 := r.LatencyMs.P50; p50 < lo || p50 > hi {
+			t.Errorf("%s: median latency %.1f ms, want about %d RTT (%.0f to %.0f ms)", r.SessionPath, p50, want.k, lo, hi)
+		}
+	}
+	// The TCP paths wait for their session before the query; the edge
+	// answers the startup at once.
+	if tcp, edge := rep.Runs[0].ConnectMs, rep.Runs[2].ConnectMs; tcp != nil && edge != nil && (tcp.P50 < 2*rtt*0.9 || edge.P50 > rtt/2) {
+		t.Errorf("connect p50: tcp %.1f ms (want about 2 RTT), edge-local %.1f ms (want well under 1 RTT)", tcp.P50, edge.P50)
+	}
+	for _, want := range []string{"k = 3", "k = 5", "k = 1", "new sessions", "connect p50 / p99 (model)",
+		"edge-local   1s  offered", "wrote " + filepath.Join(out, "report.html")} {
+		if !strings.Contains(stdout.String(), want) {
+			t.Errorf("stdout lacks %q:\n%s", want, stdout.String())
+		}
+	}
+	html, err := os.ReadFile(filepath.Join(out, "report.html"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"EDGE-LOCAL", "new sessions", "connect p50 / p99"} {
+		if !strings.Contains(string(html), want) {
+			t.Errorf("report.html lacks %q", want)
+		}
+	}
+}
