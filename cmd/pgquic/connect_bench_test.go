@@ -7,8 +7,6 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-
-	"github.com/pgquic/pgquic/internal/pgtest"
 )
 
 // TestConnectBenchFlags: malformed flags exit 2 naming the problem, before
@@ -35,12 +33,7 @@ func TestConnectBenchFlags(t *testing.T) {
 // least the model's round trips, and local startup beats the edge's
 // ordinary path, which beats a fresh QUIC connection.
 func TestConnectBench(t *testing.T) {
-	if _, err := pgtest.Binaries(); err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatal(err)
-		}
-		t.Skip(err)
-	}
+	needPostgres(t)
 	out := filepath.Join(t.TempDir(), "connect.json")
 	page := filepath.Join(t.TempDir(), "connect.html")
 	var stdout, stderr strings.Builder

@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/pgquic/pgquic/internal/pgtest"
 	"github.com/pgquic/pgquic/loadgen/report"
 )
 
@@ -52,12 +51,7 @@ func TestRampChurnFlags(t *testing.T) {
 // model's round trips visible in the latencies: about 1 RTT through the
 // edge with local startup, about 3 over plain TCP, 5 with TLS.
 func TestRampSessionPerQuery(t *testing.T) {
-	if _, err := pgtest.Binaries(); err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("PostgreSQL is required under CI: %v", err)
-		}
-		t.Skipf("PostgreSQL not installed: %v", err)
-	}
+	needPostgres(t)
 	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 	defer cancel()
 	out := filepath.Join(t.TempDir(), "results")
