@@ -85,7 +85,7 @@ func (rs *rampSession) applyChurn(run rampRun, r *report.Run) {
 	p := rs.churnPredict(run)
 	exec, overhead := rs.modelFor(run.tr)
 	r.SessionPath = string(run.churn)
-	r.ModelRoundTrips, r.ModelConnectRoundTrips = p.roundTrips, p.connectRoundTrips
+	r.ModelRoundTrips, r.ModelConnectRoundTrips = p.roundTrips, &p.connectRoundTrips
 	r.PredictedLatencyMs = msOf(p.perQuery)
 	r.PredictedCeilingQPS = p.ceiling
 	r.PredictedPortCeilingQPS = p.ports

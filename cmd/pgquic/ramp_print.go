@@ -173,7 +173,7 @@ func printSummary(w io.Writer, rep *report.Report, results []rampResult) {
 	churn := len(results) > 0 && results[0].run.NewSessions != nil
 	if churn {
 		row("model: round trips per query", func(r *rampResult) string {
-			return fmt.Sprintf("%d (%d to connect)", r.run.ModelRoundTrips, r.run.ModelConnectRoundTrips)
+			return fmt.Sprintf("%d (%d to connect)", r.run.ModelRoundTrips, r.run.ConnectRoundTrips())
 		})
 		row("model: latency k x RTT + exec", func(r *rampResult) string { return trimFloat(r.run.PredictedLatencyMs) + " ms" })
 	}
@@ -238,7 +238,7 @@ func printSummary(w io.Writer, rep *report.Report, results []rampResult) {
 				return "-"
 			}
 			return fmt.Sprintf("%s / %s ms (%s)", trimFloat(r.run.ConnectMs.P50), trimFloat(r.run.ConnectMs.P99),
-				trimFloat(float64(r.run.ModelConnectRoundTrips)*rep.Scenario.RTTMs))
+				trimFloat(float64(r.run.ConnectRoundTrips())*rep.Scenario.RTTMs))
 		})
 	}
 	row("client CPU", func(r *rampResult) string {

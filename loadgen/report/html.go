@@ -149,18 +149,19 @@ func newRunView(rep *Report, i int) runView {
 	if r.NewSessions != nil {
 		// A new session per query: k round trips, not one.
 		k := float64(r.ModelRoundTrips)
+		connectRTs := r.ConnectRoundTrips()
 		perQuery = k*rep.Scenario.RTTMs + r.ModelExecMs + r.ModelOverheadMs
 		v.PerQuery = fmt.Sprintf("%d x %s + %s + %s = %s ms", r.ModelRoundTrips, trimMs(rep.Scenario.RTTMs), trimMs(r.ModelExecMs),
 			trimMs(r.ModelOverheadMs), trimMs(perQuery))
 		v.Churn = true
-		v.RoundTrips = fmt.Sprintf("%d (%d before the session is ready)", r.ModelRoundTrips, r.ModelConnectRoundTrips)
+		v.RoundTrips = fmt.Sprintf("%d (%d before the session is ready)", r.ModelRoundTrips, connectRTs)
 		v.PredictedLat = msText(r.PredictedLatencyMs)
 		v.MeasuredLat = msText(r.LatencyMs.P50)
 		v.NewSessions = count(*r.NewSessions)
 		v.ConnectLatency = "-"
 		if c := r.ConnectMs; c != nil {
 			v.ConnectLatency = fmt.Sprintf("%s / %s (model %s)", msText(c.P50), msText(c.P99),
-				msText(float64(r.ModelConnectRoundTrips)*rep.Scenario.RTTMs))
+				msText(float64(connectRTs)*rep.Scenario.RTTMs))
 		}
 		v.PortCeiling = qps(r.PredictedPortCeilingQPS)
 		v.PoolerClients = "not checked"

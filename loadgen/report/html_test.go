@@ -273,7 +273,8 @@ func TestWriteHTMLChurn(t *testing.T) {
 	n, zero := int64(2100), 0
 	run.SessionPath, run.NewSessions, run.PoolerClientsAfter = "tcp+tls", &n, &zero
 	run.ConnectMs = &ConnectLatency{P50: 606.5, P99: 611.4}
-	run.ModelRoundTrips, run.ModelConnectRoundTrips, run.PredictedLatencyMs = 5, 4, 750.5
+	four := 4
+	run.ModelRoundTrips, run.ModelConnectRoundTrips, run.PredictedLatencyMs = 5, &four, 750.5
 	run.Conns, run.PredictedCeilingQPS, run.PredictedPortCeilingQPS = 100, 133.2, 470.5
 	page := renderPage(t, r)
 	checkPage(t, page)

@@ -221,8 +221,10 @@ type Run struct {
 	// model.ChurnRoundTrips), ModelConnectRoundTrips those before the
 	// session is ready; PredictedLatencyMs is ModelRoundTrips x RTT + exec +
 	// overhead, beside LatencyMs.P50.
+	// (ModelConnectRoundTrips is a pointer so that edge-local's 0 is
+	// written.)
 	ModelRoundTrips        int     `json:"model_round_trips,omitempty"`
-	ModelConnectRoundTrips int     `json:"model_connect_round_trips,omitempty"`
+	ModelConnectRoundTrips *int    `json:"model_connect_round_trips,omitempty"`
 	PredictedLatencyMs     float64 `json:"predicted_latency_ms,omitempty"`
 	// PredictedPortCeilingQPS is, for a TCP session-per-query run across a
 	// real path (packet mode), the new connections per second the client's
@@ -402,6 +404,15 @@ func (r *Report) Run(transport string) *Run {
 // connections times streams per connection (at least one per connection).
 func (r *Run) Sessions() int {
 	return r.Conns * max(r.StreamsPerConn, 1)
+}
+
+// ConnectRoundTrips is the model's round trips before a session-per-query
+// run's session is ready (ModelConnectRoundTrips), 0 when not set.
+func (r *Run) ConnectRoundTrips() int {
+	if r.ModelConnectRoundTrips == nil {
+		return 0
+	}
+	return *r.ModelConnectRoundTrips
 }
 
 // MarshalIndent returns the report as indented JSON after validating it.
