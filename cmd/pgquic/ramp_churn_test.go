@@ -45,18 +45,20 @@ func TestRampChurnFlags(t *testing.T) {
 	}
 }
 
-// TestRampSessionPerQuery runs a small churn ramp in relay mode at a 50 ms
+// TestRampSessionPerQuery runs a small churn ramp in relay mode at a 100 ms
 // round trip: every query accounted for, one new session per query, the
 // connect times reported, every session closed at the pooler, and the
 // model's round trips visible in the latencies: about 1 RTT through the
-// edge with local startup, about 3 over plain TCP, 5 with TLS.
+// edge with local startup, about 3 over plain TCP, at least 5 with TLS. A
+// round trip this long keeps a noisy machine's CPU waits (TLS handshakes
+// under -race while other tests run) well inside the bounds.
 func TestRampSessionPerQuery(t *testing.T) {
 	needPostgres(t)
 	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 	defer cancel()
 	out := filepath.Join(t.TempDir(), "results")
 	var stdout, stderr lockedBuffer
-	code := runRampTest(ctx, t, []string{"--session-per-query", "--wan", "relay", "--rtt", "50ms", "--from", "10", "--to", "30",
+	code := runRampTest(ctx, t, []string{"--session-per-query", "--wan", "relay", "--rtt", "100ms", "--from", "10", "--to", "30",
 		"--duration", "2s", "--tcp-conns", "20", "--streams", "20", "--calibrate", "20", "--out", out}, &stdout, &stderr)
 	if code != 0 {
 		t.Fatalf("exit code %d\nstdout:\n%s\nstderr:\n%s", code, stdout.String(), stderr.String())
@@ -68,13 +70,18 @@ func TestRampSessionPerQuery(t *testing.T) {
 	if len(rep.Runs) != 3 {
 		t.Fatalf("%d runs, want tcp, tcp+tls and edge-local", len(rep.Runs))
 	}
-	const rtt = 50.0
+	const rtt = 100.0
 	for i, want := range []struct {
 		path      string
 		transport string
 		tls       bool
 		k         int
-	}{{"tcp", "tcp", false, 3}, {"tcp+tls", "tcp", true, 5}, {"edge-local", "quic", true, 1}} {
+		hi        float64 // the median's upper bound in round trips
+	}{
+		{"tcp", "tcp", false, 3, 3.9},        // not 4
+		{"tcp+tls", "tcp", true, 5, 8},       // TLS handshakes cost CPU a busy machine may lack
+		{"edge-local", "quic", true, 1, 1.9}, // not 2, as without local startup
+	} {
 		r := rep.Runs[i]
 		if r.SessionPath != want.path || r.Transport != want.transport || r.TLS != want.tls || r.ModelRoundTrips != want.k {
 			t.Errorf("run %d: path %q transport %q TLS %v k %d, want %+v", i, r.SessionPath, r.Transport, r.TLS, r.ModelRoundTrips, want)
@@ -102,8 +109,9 @@ func TestRampSessionPerQuery(t *testing.T) {
 			t.Errorf("%s: predicted latency %.1f ms, ceiling %.0f q/s", r.SessionPath, r.PredictedLatencyMs, r.PredictedCeilingQPS)
 		}
 		// The median is k round trips plus a little: generous bounds for a
-		// noisy machine, still far apart for 1, 3 and 5.
-		lo, hi := float64(want.k)*rtt*0.9, float64(want.k)*rtt+0.8*rtt
+		// noisy machine, still telling 1 from 2 and 3 from 4. The relay
+		// delays every hop, so nothing is faster than k round trips.
+		lo, hi := float64(want.k)*rtt*0.95, want.hi*rtt
 		if p50 := r.LatencyMs.P50; p50 < lo || p50 > hi {
 			t.Errorf("%s: median latency %.1f ms, want about %d RTT (%.0f to %.0f ms)", r.SessionPath, p50, want.k, lo, hi)
 		}
