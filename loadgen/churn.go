@@ -15,7 +15,7 @@ import (
 const closeTimeout = 2 * time.Second
 
 // ChurnStats describes the sessions a SessionPerQuery client opened during
-// its runs (warm-up sessions excluded).
+// its runs since Connect (warm-up sessions excluded).
 type ChurnStats struct {
 	// NewSessions counts sessions opened and ready (ReadyForQuery);
 	// ConnectErrors the attempts that failed.

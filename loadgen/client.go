@@ -234,7 +234,9 @@ type Clients struct {
 // Connect opens every session of cfg, in parallel, before any load is
 // offered. It fails with an error wrapping ErrConnect (and naming the
 // address and transport) as soon as one session cannot connect within
-// ConnectTimeout, closing those already open. logger nil discards logs.
+// ConnectTimeout, closing those already open. With SessionPerQuery it opens
+// and closes only the warm-up sessions, and each worker opens a session per
+// query during the run. logger nil discards logs.
 func Connect(ctx context.Context, cfg ClientConfig, logger *slog.Logger) (*Clients, error) {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
