@@ -45,6 +45,10 @@ type tcpConns struct {
 	mu      sync.Mutex
 	conns   []*tcpConn
 	retired PathStats // counters of connections that left conns
+	// retiredSRTT sums the last smoothed RTT of retiredN retired
+	// connections: with a session per query none may be live when sampled.
+	retiredSRTT time.Duration
+	retiredN    int
 }
 
 type tcpConn struct {
@@ -72,6 +76,10 @@ func (t *tcpConns) retire(tc *tcpConn) {
 	t.retired.Retransmits += tc.last.Retransmits
 	t.retired.SentPackets += tc.last.SentPackets
 	t.retired.LostPackets += tc.last.LostPackets
+	if tc.last.SRTT > 0 {
+		t.retiredSRTT += tc.last.SRTT
+		t.retiredN++
+	}
 	if i := slices.Index(t.conns, tc); i >= 0 {
 		t.conns[i] = t.conns[len(t.conns)-1]
 		t.conns = t.conns[:len(t.conns)-1]
@@ -109,8 +117,11 @@ func (t *tcpConns) stats() PathStats {
 		st.LostPackets += c.last.LostPackets
 	}
 	st.Conns = live
-	if live > 0 {
+	switch {
+	case live > 0:
 		st.SRTT = srtt / time.Duration(live)
+	case t.retiredN > 0:
+		st.SRTT = t.retiredSRTT / time.Duration(t.retiredN)
 	}
 	return st
 }
