@@ -288,6 +288,7 @@ func TestWriteHTMLChurn(t *testing.T) {
 		"606.5 ms / 611.4 ms (model 600.0 ms)", // connect p50 / p99
 		"471 q/s",                              // the port ceiling
 		"100 sessions / 750.5 ms = 133 q/s",    // Little's law with k round trips
+		"TCP+TLS model 5 RTT = 750.5 ms",       // the latency chart's model line
 		"symmetric: the edge's QUIC connection is warm",
 	} {
 		if !strings.Contains(text, s) {
