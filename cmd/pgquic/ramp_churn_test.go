@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/pgquic/pgquic/loadgen/report"
+	"github.com/pgquic/pgquic/loadgen/wan"
 )
 
 // TestRampChurnFlags checks the --session-per-query defaults and what it
@@ -54,12 +55,44 @@ func TestRampChurnFlags(t *testing.T) {
 // under -race while other tests run) well inside the bounds.
 func TestRampSessionPerQuery(t *testing.T) {
 	needPostgres(t)
+	testRampSessionPerQuery(t, testRampEnv(t), "relay")
+}
+
+// TestRampSessionPerQueryPacket is the same in packet mode (root): the TCP
+// connections and the edge's UDP socket live in the emulator's client
+// namespace, and every path reports its smoothed RTT.
+func TestRampSessionPerQueryPacket(t *testing.T) {
+	needPostgres(t)
+	if err := wan.PacketPermitted(); err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("CI runs as root and must test packet mode: %v", err)
+		}
+		t.Skip(err)
+	}
+	env := testRampEnv(t)
+	env.packetPermitted = wan.PacketPermitted
+	rep := testRampSessionPerQuery(t, env, "packet")
+	for _, r := range rep.Runs {
+		if r.Path == nil || r.Path.SentPackets == 0 || r.Path.SRTTMs < 95 {
+			t.Errorf("%s: path %+v, want packets sent and a smoothed RTT near 100 ms", r.SessionPath, r.Path)
+		}
+	}
+}
+
+// testRampSessionPerQuery runs the churn ramp in the given WAN mode and
+// checks what every mode must show.
+func testRampSessionPerQuery(t *testing.T, env rampEnv, mode string) *report.Report {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 	defer cancel()
 	out := filepath.Join(t.TempDir(), "results")
 	var stdout, stderr lockedBuffer
-	code := runRampTest(ctx, t, []string{"--session-per-query", "--wan", "relay", "--rtt", "100ms", "--from", "10", "--to", "30",
+	rc, err := parseRampFlags([]string{"--session-per-query", "--wan", mode, "--rtt", "100ms", "--from", "10", "--to", "30",
 		"--duration", "2s", "--tcp-conns", "20", "--streams", "20", "--calibrate", "20", "--out", out}, &stdout, &stderr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	code := rampMain(ctx, rc, env, &stdout, &stderr)
 	if code != 0 {
 		t.Fatalf("exit code %d\nstdout:\n%s\nstderr:\n%s", code, stdout.String(), stderr.String())
 	}
@@ -136,4 +169,8 @@ func TestRampSessionPerQuery(t *testing.T) {
 			t.Errorf("report.html lacks %q", want)
 		}
 	}
+	if rep.Scenario.WAN != mode {
+		t.Errorf("WAN mode %q, want %q", rep.Scenario.WAN, mode)
+	}
+	return rep
 }
