@@ -77,8 +77,9 @@ func ChurnPerQuery(roundTrips int, rtt, exec, overhead time.Duration) time.Durat
 // every connection's local port stays in TIME_WAIT for TimeWait, so
 // ports / 60 s. Linux reuses TIME_WAIT ports early only on loopback
 // (net.ipv4.tcp_tw_reuse = 2, its default), so this bounds TCP churn across
-// a real path (the packet-mode emulator), not to a loopback relay. 0 when
-// ports is unknown.
+// a real path (the packet-mode emulator), not to a loopback relay. It is a
+// sustained rate: any 60 s opens at most ports connections, so a shorter
+// burst may go faster. 0 when ports is unknown.
 func PortCeiling(ports int) float64 {
 	if ports <= 0 {
 		return 0
