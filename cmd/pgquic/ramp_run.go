@@ -280,16 +280,8 @@ func (rs *rampSession) startPooler(ctx context.Context) error {
 	if rc.churn {
 		// The edge path's sessions start without a password exchange: the
 		// pooler trusts the edge's certificate for every user and database.
-		if rs.edgeCert, rs.edgeKey, err = writeBenchCert(dir, "edge"); err != nil {
+		if rs.edgeCert, rs.edgeKey, trustFile, err = writeTrustedEdge(dir); err != nil {
 			return fmt.Errorf("generate the edge's certificate: %w", err)
-		}
-		fp, err := certFileFingerprint(rs.edgeCert)
-		if err != nil {
-			return err
-		}
-		trustFile = filepath.Join(dir, "edges.txt")
-		if err := os.WriteFile(trustFile, []byte(fp+" * *\n"), 0o600); err != nil {
-			return err
 		}
 	}
 
