@@ -18,7 +18,8 @@ const closeTimeout = 2 * time.Second
 // its runs since Connect (warm-up sessions excluded).
 type ChurnStats struct {
 	// NewSessions counts sessions opened and ready (ReadyForQuery);
-	// ConnectErrors the attempts that failed.
+	// ConnectErrors the attempts that failed, except those the end of a
+	// run canceled.
 	NewSessions, ConnectErrors int64
 	// P50 and P99 are the time from the dial to a ready session.
 	P50, P99 time.Duration
@@ -115,7 +116,10 @@ func (s *session) doChurn(ctx context.Context) error {
 	c := s.c
 	t := time.Now()
 	conn, err := pgconn.ConnectConfig(ctx, c.pg)
-	c.churn.record(time.Since(t), err)
+	if err == nil || ctx.Err() == nil {
+		// A connect the run's end cut short is not the target's failure.
+		c.churn.record(time.Since(t), err)
+	}
 	if err != nil {
 		return fmt.Errorf("%w to %s over %s: %w", ErrConnect, c.cfg.Addr, c.transportLabel(), err)
 	}
