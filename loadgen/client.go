@@ -95,6 +95,22 @@ type ClientConfig struct {
 	// TCP connection, and QUIC's UDP socket. The sockets themselves are the
 	// kernel's own, unwrapped, so QUIC keeps GSO and ECN.
 	Netns string
+	// SessionPerQuery makes every query open a new session of its own and
+	// close it (Terminate) once the result arrived, as short-lived
+	// serverless workers do; Conns x Streams is then the most sessions open
+	// at once, not sessions opened before the run, and a query's latency
+	// includes its session's set-up. Connect opens only warm-up sessions
+	// (one, and for LocalStartup the QUIC connection and two sessions, so
+	// the greeting cache is filled), each closed again. See ChurnStats.
+	SessionPerQuery bool
+	// LocalStartup (QUIC only) answers each session's startup on the
+	// client's side (quicclient's LocalStartup, what pgquic edge
+	// --local-startup runs), sending startup and query in one flight. The
+	// pooler must trust CertFile as an edge (--edge-trust).
+	LocalStartup bool
+	// CertFile and KeyFile are the client certificate QUIC presents
+	// (mutual TLS; LocalStartup needs one the pooler trusts).
+	CertFile, KeyFile string
 }
 
 // Sessions is the number of sessions the configuration opens.
@@ -134,6 +150,9 @@ func (c *ClientConfig) populate() error {
 	}
 	if c.Transport == QUIC && c.DisableTLS {
 		return fmt.Errorf("%w: QUIC always uses TLS 1.3; DisableTLS applies to TCP only", ErrBadClientConfig)
+	}
+	if c.Transport != QUIC && (c.LocalStartup || c.CertFile != "" || c.KeyFile != "") {
+		return fmt.Errorf("%w: LocalStartup and a client certificate apply to QUIC only", ErrBadClientConfig)
 	}
 	c.Streams = max(c.Streams, 1)
 	if c.User == "" {
@@ -206,6 +225,8 @@ type Clients struct {
 	migrate  func(context.Context) error // nil for TCP
 	tcp      tcpConns
 	sessions []*session
+	warmQUIC func(context.Context) error
+	churn    churnStats // SessionPerQuery only
 
 	// Stats describes how the sessions were connected.
 	Stats ConnectStats
@@ -216,7 +237,9 @@ type Clients struct {
 // Connect opens every session of cfg, in parallel, before any load is
 // offered. It fails with an error wrapping ErrConnect (and naming the
 // address and transport) as soon as one session cannot connect within
-// ConnectTimeout, closing those already open. logger nil discards logs.
+// ConnectTimeout, closing those already open. With SessionPerQuery it opens
+// and closes only the warm-up sessions, and each worker opens a session per
+// query during the run. logger nil discards logs.
 func Connect(ctx context.Context, cfg ClientConfig, logger *slog.Logger) (*Clients, error) {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
@@ -236,18 +259,29 @@ func Connect(ctx context.Context, cfg ClientConfig, logger *slog.Logger) (*Clien
 			return nil, fmt.Errorf("%w: %w", ErrBadClientConfig, err)
 		}
 		pg.DialFunc, c.liveQUIC, c.closeDia, c.quicPath, c.migrate = wan.DialInNetns(cfg.Netns, qd.dial), qd.live, qd.close, qd.stats, qd.migrate
+		c.warmQUIC = qd.warm
 	} else {
 		nd := &net.Dialer{}
 		addr := cfg.dialAddr()
 		pg.DialFunc = wan.DialInNetns(cfg.Netns, func(ctx context.Context, _, _ string) (net.Conn, error) {
 			conn, err := nd.DialContext(ctx, "tcp", addr)
-			if err == nil {
-				c.tcp.add(conn)
+			if err != nil {
+				return nil, err
 			}
-			return conn, err
+			tc := c.tcp.add(conn)
+			if cfg.SessionPerQuery {
+				// Thousands of connections come and go: each leaves the
+				// list at its close, its counters kept in the totals.
+				return &retiringConn{Conn: conn, t: &c.tcp, tc: tc}, nil
+			}
+			return conn, nil
 		})
 	}
-	if err := c.connectAll(ctx); err != nil {
+	connect := c.connectAll
+	if cfg.SessionPerQuery {
+		connect = c.prepareChurn
+	}
+	if err := connect(ctx); err != nil {
 		_ = c.Close()
 		return nil, err
 	}
@@ -407,6 +441,7 @@ func (c *Clients) QUICConns() int {
 // canceled (a CancelRequest, then Terminate), so nothing of this client
 // outlives it. Call it only when no run is using the sessions.
 func (c *Clients) Close() error {
+	c.churn.wait()
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, max(c.cfg.ConnectParallel, 1))
 	for _, s := range c.sessions {
@@ -436,14 +471,18 @@ func (c *Clients) Close() error {
 
 // session is one PostgreSQL session; Run's worker goroutine owns it.
 type session struct {
-	c    *Clients
-	conn *pgconn.PgConn
+	c     *Clients
+	conn  *pgconn.PgConn
+	churn bool // SessionPerQuery: a new session per query (doChurn)
 }
 
 // Do runs the query once. A server error leaves the session usable; when
 // the connection broke, the next Do reconnects first (its latency then
 // includes the reconnection, as an application's would).
 func (s *session) Do(ctx context.Context) error {
+	if s.churn {
+		return s.doChurn(ctx)
+	}
 	if s.conn == nil || s.conn.IsClosed() {
 		s.c.reconnects.Add(1)
 		conn, err := s.c.connect(ctx)

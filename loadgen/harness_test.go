@@ -41,6 +41,7 @@ func sharedCluster(t testing.TB) *pgtest.Cluster {
 // stack is a running pooler with both fronts.
 type stack struct {
 	cluster  *pgtest.Cluster
+	pooler   *pooler.Pooler
 	tcpAddr  string // TCP front (TLS after SSLRequest)
 	quicAddr string // QUIC front
 	pin      string // SHA-256 of the fronts' certificate
@@ -48,6 +49,12 @@ type stack struct {
 
 // newStack starts a pooler in front of the shared cluster; t.Cleanup stops it.
 func newStack(t *testing.T) *stack {
+	t.Helper()
+	return newStackWith(t, pooler.Config{})
+}
+
+// newStackWith is newStack with the pooler's configuration (edge trust).
+func newStackWith(t *testing.T, pcfg pooler.Config) *stack {
 	t.Helper()
 	c := sharedCluster(t)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -59,7 +66,7 @@ func newStack(t *testing.T) *stack {
 		cancel()
 		t.Fatalf("backend.NewManager: %v", err)
 	}
-	p, err := pooler.New(pooler.Config{}, mgr, dbgLogger(), nil)
+	p, err := pooler.New(pcfg, mgr, dbgLogger(), nil)
 	if err != nil {
 		cancel()
 		mgr.Close()
@@ -106,6 +113,7 @@ func newStack(t *testing.T) *stack {
 	})
 	return &stack{
 		cluster:  c,
+		pooler:   p,
 		tcpAddr:  ts.Addr().String(),
 		quicAddr: qs.Addr().String(),
 		pin:      quicclient.Fingerprint(cert.Certificate[0]),

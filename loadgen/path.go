@@ -2,6 +2,7 @@ package loadgen
 
 import (
 	"net"
+	"slices"
 	"sync"
 	"time"
 
@@ -38,8 +39,13 @@ func (c *Clients) PathStats() PathStats {
 // tcpConns remembers every TCP connection the client dialed, with its last
 // TCP_INFO reading, so counters survive a reconnect.
 type tcpConns struct {
-	mu    sync.Mutex
-	conns []*tcpConn
+	mu      sync.Mutex
+	conns   []*tcpConn
+	retired PathStats // counters of connections that left conns
+	// retiredSRTT sums the last smoothed RTT of retiredN retired
+	// connections: with a session per query none may be live when sampled.
+	retiredSRTT time.Duration
+	retiredN    int
 }
 
 type tcpConn struct {
@@ -47,16 +53,54 @@ type tcpConn struct {
 	last wan.TCPPathInfo
 }
 
-func (t *tcpConns) add(c net.Conn) {
+func (t *tcpConns) add(c net.Conn) *tcpConn {
+	tc := &tcpConn{conn: c}
 	t.mu.Lock()
-	t.conns = append(t.conns, &tcpConn{conn: c})
+	t.conns = append(t.conns, tc)
 	t.mu.Unlock()
+	return tc
+}
+
+// retire reads tc's counters a last time, adds them to the totals and
+// forgets it; call it before the connection closes.
+func (t *tcpConns) retire(tc *tcpConn) {
+	info, err := wan.TCPInfo(tc.conn)
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if err == nil {
+		tc.last = info
+	}
+	t.retired.Retransmits += tc.last.Retransmits
+	t.retired.SentPackets += tc.last.SentPackets
+	t.retired.LostPackets += tc.last.LostPackets
+	if tc.last.SRTT > 0 {
+		t.retiredSRTT += tc.last.SRTT
+		t.retiredN++
+	}
+	if i := slices.Index(t.conns, tc); i >= 0 {
+		t.conns[i] = t.conns[len(t.conns)-1]
+		t.conns = t.conns[:len(t.conns)-1]
+	}
+}
+
+// retiringConn is a session-per-query TCP connection: its Close retires it
+// from tcpConns first.
+type retiringConn struct {
+	net.Conn
+	t    *tcpConns
+	tc   *tcpConn
+	once sync.Once
+}
+
+func (r *retiringConn) Close() error {
+	r.once.Do(func() { r.t.retire(r.tc) })
+	return r.Conn.Close()
 }
 
 func (t *tcpConns) stats() PathStats {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	var st PathStats
+	st := t.retired
 	var srtt time.Duration
 	live := 0
 	for _, c := range t.conns {
@@ -70,8 +114,11 @@ func (t *tcpConns) stats() PathStats {
 		st.LostPackets += c.last.LostPackets
 	}
 	st.Conns = live
-	if live > 0 {
+	switch {
+	case live > 0:
 		st.SRTT = srtt / time.Duration(live)
+	case t.retiredN > 0:
+		st.SRTT = t.retiredSRTT / time.Duration(t.retiredN)
 	}
 	return st
 }

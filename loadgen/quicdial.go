@@ -13,19 +13,28 @@ import (
 	"github.com/pgquic/pgquic/quicclient"
 )
 
-// quicDial is what Clients uses of a QUIC Dialer.
+// quicDial is what Connect needs of the QUIC client.
 type quicDial struct {
-	dial    pgconn.DialFunc
-	live    func() int       // live connections
-	close   func() error     // the Dialer's Close
-	stats   func() PathStats // its connections' path statistics
+	// dial is a pgconn DialFunc whose every call opens a stream on one of
+	// cfg.Conns QUIC connections (at most cfg.Streams per connection while
+	// others have room); with LocalStartup it answers the startup on the
+	// client's side first.
+	dial pgconn.DialFunc
+	// live counts live connections; close is the Dialer's Close; stats its
+	// connections' path statistics.
+	live  func() int
+	close func() error
+	stats func() PathStats
+	// warm opens (and closes at once) one stream, so that a QUIC connection
+	// and the UDP socket exist: call it inside the client's network
+	// namespace, since with LocalStartup later streams are opened from the
+	// Dialer's own goroutines.
+	warm func(context.Context) error
+	// migrate moves every connection to a new local UDP socket (Dialer.Migrate).
 	migrate func(context.Context) error
 }
 
-// newQUICDial returns a Dialer's pgconn DialFunc, whose every call opens a
-// stream on one of cfg.Conns QUIC connections (at most cfg.Streams per
-// connection while others have room), and the rest of quicDial.
-func newQUICDial(cfg ClientConfig, logger *slog.Logger) (quicDial, error) {
+func newQUICDial(cfg ClientConfig, logger *slog.Logger) (*quicDial, error) {
 	dc := quicclient.DialerConfig{
 		Addr:              cfg.dialAddr(),
 		Conns:             cfg.Conns,
@@ -34,6 +43,9 @@ func newQUICDial(cfg ClientConfig, logger *slog.Logger) (quicDial, error) {
 		PinSHA256:         cfg.PinSHA256,
 		Insecure:          cfg.Insecure,
 		TLSConfig:         cfg.TLSConfig,
+		CertFile:          cfg.CertFile,
+		KeyFile:           cfg.KeyFile,
+		LocalStartup:      cfg.LocalStartup,
 	}
 	if cfg.Relay != "" {
 		// Verify the target's name, not the relay's.
@@ -49,17 +61,23 @@ func newQUICDial(cfg ClientConfig, logger *slog.Logger) (quicDial, error) {
 	}
 	d, err := quicclient.NewDialer(dc, logger)
 	if err != nil {
-		return quicDial{}, err
+		return nil, err
 	}
-	stats := func() PathStats {
-		st := d.Stats()
-		return PathStats{SentPackets: st.PacketsSent, LostPackets: st.PacketsLost, SRTT: st.SmoothedRTT, Conns: st.Conns}
-	}
-	return quicDial{
-		dial:    d.DialFunc(),
-		live:    func() int { return d.Stats().Conns },
-		close:   d.Close,
-		stats:   stats,
+	return &quicDial{
+		dial:  d.DialFunc(),
+		live:  func() int { return d.Stats().Conns },
+		close: d.Close,
+		stats: func() PathStats {
+			st := d.Stats()
+			return PathStats{SentPackets: st.PacketsSent, LostPackets: st.PacketsLost, SRTT: st.SmoothedRTT, Conns: st.Conns}
+		},
 		migrate: func(ctx context.Context) error { return d.Migrate(ctx, nil) },
+		warm: func(ctx context.Context) error {
+			c, err := d.Dial(ctx)
+			if err != nil {
+				return err
+			}
+			return c.Close()
+		},
 	}, nil
 }

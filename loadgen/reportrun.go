@@ -55,6 +55,11 @@ func (r *Result) ReportRun(c *Clients) report.Run {
 			MaxMs:     ms(c.Stats.Max),
 			QUICConns: c.Stats.QUICConns,
 		}
+		if cfg.SessionPerQuery {
+			st := c.ChurnStats()
+			run.NewSessions = &st.NewSessions
+			run.ConnectMs = &report.ConnectLatency{P50: ms(st.P50), P99: ms(st.P99)}
+		}
 	}
 	for i, w := range r.Windows {
 		run.Seconds[i] = report.Second{

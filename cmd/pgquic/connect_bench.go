@@ -254,16 +254,8 @@ func connectBench(ctx context.Context, o connectOpts, logger *slog.Logger) (*con
 	if err != nil {
 		return nil, err
 	}
-	edgeCert, edgeKey, err := writeBenchCert(dir, "edge")
+	edgeCert, edgeKey, trustFile, err := writeTrustedEdge(dir)
 	if err != nil {
-		return nil, err
-	}
-	edgeFP, err := certFileFingerprint(edgeCert)
-	if err != nil {
-		return nil, err
-	}
-	trustFile := filepath.Join(dir, "edges.txt")
-	if err := os.WriteFile(trustFile, []byte(edgeFP+" * *\n"), 0o600); err != nil {
 		return nil, err
 	}
 
@@ -598,6 +590,25 @@ func writeBenchCert(dir, name string) (certFile, keyFile string, err error) {
 		return "", "", err
 	}
 	return certFile, keyFile, nil
+}
+
+// writeTrustedEdge writes an edge's self-signed certificate and key into
+// dir, and an edge_trust file (serve --edge-trust) that trusts it for every
+// user and database.
+func writeTrustedEdge(dir string) (certFile, keyFile, trustFile string, err error) {
+	certFile, keyFile, err = writeBenchCert(dir, "edge")
+	if err != nil {
+		return "", "", "", err
+	}
+	fp, err := certFileFingerprint(certFile)
+	if err != nil {
+		return "", "", "", err
+	}
+	trustFile = filepath.Join(dir, "edges.txt")
+	if err := os.WriteFile(trustFile, []byte(fp+" * *\n"), 0o600); err != nil {
+		return "", "", "", err
+	}
+	return certFile, keyFile, trustFile, nil
 }
 
 // certFileFingerprint returns the fingerprint of a PEM certificate file.

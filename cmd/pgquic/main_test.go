@@ -334,15 +334,22 @@ func TestServeTCPAndQUIC(t *testing.T) {
 	}
 }
 
-// TestServeEmbeddedPostgres is the zero-flag run: no backend configured, so
-// the server starts (and at shutdown removes) its own PostgreSQL.
-func TestServeEmbeddedPostgres(t *testing.T) {
+// needPostgres skips a test that starts its own PostgreSQL when the server
+// binaries are not installed, except under CI=true, where it fails.
+func needPostgres(t *testing.T) {
+	t.Helper()
 	if _, err := pgtest.Binaries(); err != nil {
 		if os.Getenv("CI") == "true" {
 			t.Fatalf("PostgreSQL is required under CI: %v", err)
 		}
 		t.Skipf("PostgreSQL not installed: %v", err)
 	}
+}
+
+// TestServeEmbeddedPostgres is the zero-flag run: no backend configured, so
+// the server starts (and at shutdown removes) its own PostgreSQL.
+func TestServeEmbeddedPostgres(t *testing.T) {
+	needPostgres(t)
 	cfg := testConfig("")
 	cfg.QUICListen = ""
 	cfg.MetricsListen = ""

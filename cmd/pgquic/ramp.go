@@ -15,6 +15,7 @@ import (
 
 	"github.com/pgquic/pgquic/config"
 	"github.com/pgquic/pgquic/loadgen"
+	"github.com/pgquic/pgquic/loadgen/model"
 	"github.com/pgquic/pgquic/loadgen/wan"
 )
 
@@ -33,6 +34,17 @@ QUIC cross the same IP path), else in relay mode, saying so, and offers a linear
 TCP connections, then to 50 QUIC connections x 40 streams. It prints a
 progress line each second, then a summary table, and writes ramp.json and
 report.html into --out.
+
+--session-per-query measures session churn instead: every scheduled query
+opens a new session of its own and closes it (Terminate) after its result,
+as short-lived serverless workers do, over three paths in turn: plain TCP,
+TCP+TLS, and QUIC through an edge with local startup over a warm QUIC
+connection (startup and query in one flight). Its defaults suit a 2-core
+machine: 10 -> 200 q/s over 20s, at most 100 sessions open at once per path
+(--tcp-conns 100; --quic-conns 1 x --streams 100 for the edge). The model
+counts the round trips each new session costs (tcp 3, tcp+tls 5,
+edge-local 1 with trust) and its ceiling is those sessions / (k x RTT +
+execution + overhead).
 
 --dsn uses an existing PostgreSQL behind the in-process pooler.
 --tcp-target and --quic-target measure an existing pooler or server instead
@@ -56,6 +68,16 @@ const (
 	defaultRampQUICConns = 50
 	defaultRampStreams   = 40
 	defaultCalibrate     = 200
+	// The --session-per-query defaults: TCP+TLS session churn a 2-core
+	// machine sustains (a TLS handshake and a startup per query on the
+	// client, the pooler and the emulator alike), with the knee of
+	// TCP+TLS (100 / 5 RTT = 133 q/s at 150 ms) inside the ramp.
+	defaultChurnFrom     = 10
+	defaultChurnTo       = 200
+	defaultChurnDuration = 20 * time.Second
+	defaultChurnConns    = 100
+	defaultChurnQUIC     = 1
+	defaultChurnStreams  = 100
 	// rampOutPrefix names the default output directory,
 	// ramp-YYYYMMDD-HHMMSS in the current directory.
 	rampOutPrefix = "ramp-"
@@ -92,11 +114,13 @@ type rampConfig struct {
 	migrateAt durationList
 
 	tcpConns, quicConns, streams int
-	query                        string
-	poolSize                     int
-	pipelineDepth                int
-	user, database               string
-	calibrate                    int
+	// churn is --session-per-query: a new session for every query.
+	churn          bool
+	query          string
+	poolSize       int
+	pipelineDepth  int
+	user, database string
+	calibrate      int
 
 	out      string
 	jsonFile string
@@ -127,6 +151,26 @@ func (rc *rampConfig) transports() []loadgen.Transport {
 		ts = append(ts, loadgen.QUIC)
 	}
 	return ts
+}
+
+// rampRun is one run of the ramp: a transport and, with
+// --session-per-query, the session path it measures.
+type rampRun struct {
+	tr    loadgen.Transport
+	churn model.Transport // "" unless --session-per-query
+}
+
+// runs lists the ramp's runs in order: one per transport, or with
+// --session-per-query the three session paths (tcp, tcp+tls, edge-local).
+func (rc *rampConfig) runs() []rampRun {
+	if rc.churn {
+		return []rampRun{{loadgen.TCP, model.TCP}, {loadgen.TCP, model.TCPTLS}, {loadgen.QUIC, model.EdgeLocal}}
+	}
+	var runs []rampRun
+	for _, tr := range rc.transports() {
+		runs = append(runs, rampRun{tr: tr})
+	}
+	return runs
 }
 
 // schedule is the arrival plan every transport gets.
@@ -237,6 +281,8 @@ func parseRampFlags(args []string, stdout, stderr io.Writer) (*rampConfig, error
 	fs.IntVar(&rc.tcpConns, "tcp-conns", defaultRampTCPConns, "TCP connections (one session each)")
 	fs.IntVar(&rc.quicConns, "quic-conns", defaultRampQUICConns, "QUIC connections")
 	fs.IntVar(&rc.streams, "streams", defaultRampStreams, "sessions (streams) per QUIC connection")
+	fs.BoolVar(&rc.churn, "session-per-query", false, fmt.Sprintf("every query opens its own new session and closes it (session churn, as serverless workers): runs plain TCP, TCP+TLS and an edge with local startup over a warm QUIC connection; defaults then --from %d --to %d --duration %v --tcp-conns %d --quic-conns %d --streams %d (the most sessions open at once)",
+		defaultChurnFrom, defaultChurnTo, defaultChurnDuration, defaultChurnConns, defaultChurnQUIC, defaultChurnStreams))
 	fs.StringVar(&rc.query, "query", loadgen.DefaultQuery, "the `SQL` every query runs (simple query protocol)")
 	fs.IntVar(&rc.pipelineDepth, "pipeline-depth", config.DefaultPipelineDepth, "the in-process pooler's cross-client pipelining depth (as pgquic serve --pipeline-depth; 1 or 0 turns it off), to compare the two")
 	fs.IntVar(&rc.poolSize, "pool-size", config.DefaultPoolSize, "server connections of the in-process pooler (target mode: the target's, for the model's pool ceiling; 0 leaves it out)")
@@ -259,11 +305,34 @@ func parseRampFlags(args []string, stdout, stderr io.Writer) (*rampConfig, error
 	}
 	rc.set = map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { rc.set[f.Name] = true })
+	if rc.churn {
+		rc.churnDefaults()
+	}
 	if err := rc.validate(); err != nil {
 		return nil, err
 	}
 	rc.fillDefaults()
 	return rc, nil
+}
+
+// churnDefaults applies the --session-per-query defaults to the flags not
+// given explicitly.
+func (rc *rampConfig) churnDefaults() {
+	for _, d := range []struct {
+		flag string
+		set  func()
+	}{
+		{"from", func() { rc.from = defaultChurnFrom }},
+		{"to", func() { rc.to = defaultChurnTo }},
+		{"duration", func() { rc.duration = defaultChurnDuration }},
+		{"tcp-conns", func() { rc.tcpConns = defaultChurnConns }},
+		{"quic-conns", func() { rc.quicConns = defaultChurnQUIC }},
+		{"streams", func() { rc.streams = defaultChurnStreams }},
+	} {
+		if !rc.set[d.flag] {
+			d.set()
+		}
+	}
 }
 
 // validate reports every problem with the flags, each naming its flag.
@@ -380,6 +449,12 @@ func (rc *rampConfig) validate() error {
 	}
 	if rc.calibrate < 0 {
 		bad("--calibrate must not be negative (got %d)", rc.calibrate)
+	}
+	if rc.churn && rc.targetMode() {
+		bad("--session-per-query runs against the in-process pooler (its edge path needs the pooler to trust the edge's certificate): drop --tcp-target and --quic-target")
+	}
+	if rc.churn && rc.set["tcp-tls"] {
+		bad("--session-per-query runs plain TCP and TCP+TLS both: drop --tcp-tls")
 	}
 	if rc.set["out"] && rc.out == "" && rc.jsonFile == "" {
 		bad("--out '' writes no directory: give --json FILE, or the results would be lost")

@@ -138,12 +138,7 @@ ignore_startup_parameters = extra_float_digits
 // PgBouncer to PostgreSQL and crosses the emulator, and the model is
 // printed beside it with the pool size given.
 func TestRampAgainstPgBouncer(t *testing.T) {
-	if _, err := pgtest.Binaries(); err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("PostgreSQL is required under CI: %v", err)
-		}
-		t.Skipf("PostgreSQL not installed: %v", err)
-	}
+	needPostgres(t)
 	c := pgtest.New(t, pgtest.Options{})
 	const pool = 5
 	addr := startPgBouncer(t, c, pool)

@@ -104,6 +104,10 @@ func (rs *rampSession) printModel() {
 	} else {
 		fmt.Fprintln(w, "calibration skipped (--calibrate 0): the model counts the round trip only")
 	}
+	if rc.churn {
+		rs.printChurnModel()
+		return
+	}
 	fmt.Fprintln(w, "model (Little's law: sessions / (RTT + execution + overhead)):")
 	for _, tr := range rc.transports() {
 		cc := rs.clientConfig(tr)
@@ -166,7 +170,22 @@ func printSummary(w io.Writer, rep *report.Report, results []rampResult) {
 		}
 		return model.FormatQPS(float64(r.run.Sessions()))
 	})
+	churn := len(results) > 0 && results[0].run.NewSessions != nil
+	if churn {
+		row("model: round trips per query", func(r *rampResult) string {
+			return fmt.Sprintf("%d (%d to connect)", r.run.ModelRoundTrips, r.run.ConnectRoundTrips())
+		})
+		row("model: latency k x RTT + exec", func(r *rampResult) string { return trimFloat(r.run.PredictedLatencyMs) + " ms" })
+	}
 	row("predicted ceiling", func(r *rampResult) string { return model.FormatQPS(r.run.PredictedCeilingQPS) + " q/s" })
+	if churn {
+		row("predicted port ceiling", func(r *rampResult) string {
+			if r.run.PredictedPortCeilingQPS <= 0 {
+				return "-"
+			}
+			return model.FormatQPS(r.run.PredictedPortCeilingQPS) + " q/s"
+		})
+	}
 	row("predicted pool ceiling", func(r *rampResult) string {
 		if r.run.PredictedPoolCeilingQPS <= 0 {
 			return "-"
@@ -207,6 +226,21 @@ func printSummary(w io.Writer, rep *report.Report, results []rampResult) {
 	row("latency max / mean", func(r *rampResult) string {
 		return fmt.Sprintf("%s / %s ms", trimFloat(r.run.LatencyMs.Max), trimFloat(r.run.LatencyMs.Mean))
 	})
+	if churn {
+		row("new sessions", func(r *rampResult) string {
+			if r.run.NewSessions == nil {
+				return "-"
+			}
+			return model.FormatQPS(float64(*r.run.NewSessions))
+		})
+		row("connect p50 / p99 (model)", func(r *rampResult) string {
+			if r.run.ConnectMs == nil {
+				return "-"
+			}
+			return fmt.Sprintf("%s / %s ms (%s)", trimFloat(r.run.ConnectMs.P50), trimFloat(r.run.ConnectMs.P99),
+				trimFloat(float64(r.run.ConnectRoundTrips())*rep.Scenario.RTTMs))
+		})
+	}
 	row("client CPU", func(r *rampResult) string {
 		s := fmt.Sprintf("%.1f s", r.run.Client.CPUSeconds)
 		if el := r.res.Elapsed.Seconds(); el > 0 {
@@ -281,6 +315,10 @@ func printSummary(w io.Writer, rep *report.Report, results []rampResult) {
 			notes = append(notes, migrationNote(r.label, m, r.run.LatencyMs.P50))
 		}
 	}
+	if churn {
+		notes = append(notes, "a new session per query: latency counts each session's set-up; the edge-local path runs over a warm QUIC connection "+
+			"(opened before the run, as a long-lived edge keeps it), the TCP paths pay their handshakes per query")
+	}
 	notes = append(notes, "WAN emulation: "+rep.Scenario.WAN+" mode")
 	if rep.Scenario.WANNote != "" {
 		notes[len(notes)-1] += " (" + rep.Scenario.WANNote + ")"
@@ -313,8 +351,10 @@ func keptUpToEnd(r *report.Run, res *loadgen.Result) bool {
 // effectiveCeiling is the lower of a run's predicted ceilings.
 func effectiveCeiling(r *report.Run) float64 {
 	eff := r.PredictedCeilingQPS
-	if p := r.PredictedPoolCeilingQPS; p > 0 && (eff == 0 || p < eff) {
-		eff = p
+	for _, p := range []float64{r.PredictedPoolCeilingQPS, r.PredictedPortCeilingQPS} {
+		if p > 0 && (eff == 0 || p < eff) {
+			eff = p
+		}
 	}
 	return eff
 }

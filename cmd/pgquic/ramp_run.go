@@ -2,10 +2,6 @@ package main
 
 import (
 	"context"
-	"crypto/sha256"
-	"crypto/x509"
-	"encoding/hex"
-	"encoding/pem"
 	"errors"
 	"fmt"
 	"io"
@@ -25,7 +21,6 @@ import (
 	"github.com/pgquic/pgquic/loadgen/model"
 	"github.com/pgquic/pgquic/loadgen/report"
 	"github.com/pgquic/pgquic/loadgen/wan"
-	"github.com/pgquic/pgquic/quicfront"
 )
 
 // Bounds of the ramp's set-up steps, so that nothing waits forever.
@@ -67,6 +62,8 @@ type rampSession struct {
 	log    io.Writer // stderr, for the emulator's log at debug and info
 
 	tmpDir     string // the generated certificate of the in-process pooler
+	edgeCert   string // --session-per-query: the edge's certificate, which the pooler trusts
+	edgeKey    string
 	srv        *server
 	stopSrv    context.CancelFunc
 	srvDone    chan error
@@ -168,8 +165,8 @@ func rampMain(ctx context.Context, rc *rampConfig, env rampEnv, stdout, stderr i
 	}
 	var results []rampResult
 	var runErr error
-	for _, tr := range rc.transports() {
-		r, err := rs.runTransport(ctx, tr)
+	for _, run := range rc.runs() {
+		r, err := rs.runTransport(ctx, run)
 		if r != nil {
 			results = append(results, *r)
 			rep.Runs = append(rep.Runs, r.run)
@@ -272,30 +269,28 @@ func (rs *rampSession) startPooler(ctx context.Context) error {
 		return err
 	}
 	rs.tmpDir = dir
-	cert, err := quicfront.GenerateSelfSigned("127.0.0.1")
+	certFile, keyFile, err := writeBenchCert(dir, "server")
 	if err != nil {
 		return fmt.Errorf("generate a certificate: %w", err)
 	}
-	keyDER, err := x509.MarshalPKCS8PrivateKey(cert.PrivateKey)
-	if err != nil {
-		return fmt.Errorf("generate a certificate: %w", err)
-	}
-	certFile, keyFile := filepath.Join(dir, "server.crt"), filepath.Join(dir, "server.key")
-	if err := os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: cert.Certificate[0]}), 0o600); err != nil {
+	if rs.pin, err = certFileFingerprint(certFile); err != nil {
 		return err
 	}
-	if err := os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER}), 0o600); err != nil {
-		return err
+	trustFile := ""
+	if rc.churn {
+		// The edge path's sessions start without a password exchange: the
+		// pooler trusts the edge's certificate for every user and database.
+		if rs.edgeCert, rs.edgeKey, trustFile, err = writeTrustedEdge(dir); err != nil {
+			return fmt.Errorf("generate the edge's certificate: %w", err)
+		}
 	}
-	sum := sha256.Sum256(cert.Certificate[0])
-	rs.pin = hex.EncodeToString(sum[:])
 
 	cfg := config.Default()
 	cfg.TCPListen, cfg.QUICListen, cfg.MetricsListen = "127.0.0.1:0", "127.0.0.1:0", ""
 	cfg.Backend = rc.dsn
 	cfg.PoolSize = rc.poolSize
 	cfg.PipelineDepth = max(rc.pipelineDepth, 1) // 0 means off, as for pgquic serve
-	cfg.TLSCert, cfg.TLSKey = certFile, keyFile
+	cfg.TLSCert, cfg.TLSKey, cfg.EdgeTrust = certFile, keyFile, trustFile
 	cfg.ShutdownGrace = rampShutdownGrace
 	cfg.ApplyDefaults()
 	if err := cfg.Validate(); err != nil {
@@ -541,10 +536,11 @@ func (rs *rampSession) newReport(started time.Time) *report.Report {
 // of the endpoint, connects every session through it, runs the ramp and
 // closes the sessions again, so the next transport starts from a quiet
 // pooler. It returns nil and no error when ctx ended before the ramp began.
-func (rs *rampSession) runTransport(ctx context.Context, tr loadgen.Transport) (*rampResult, error) {
+func (rs *rampSession) runTransport(ctx context.Context, rr rampRun) (*rampResult, error) {
 	rc := rs.rc
-	cc := rs.clientConfig(tr)
-	label := transportLabel(tr, cc.TLS())
+	tr := rr.tr
+	cc := rs.runClientConfig(rr)
+	label := runLabel(rr, cc)
 	pc := rs.env.wan
 	if rc.logLevel == "debug" || rc.logLevel == "info" {
 		pc.Log = rs.log
@@ -566,8 +562,12 @@ func (rs *rampSession) runTransport(ctx context.Context, tr loadgen.Transport) (
 	if cc.Netns != "" {
 		where = ", clients in network namespace " + cc.Netns
 	}
-	fmt.Fprintf(rs.out, "\n%s: WAN emulator (%s mode) %s -> %s (pid %d, RTT %v%s); connecting %s sessions...\n",
-		label, rc.wanMode, emu.Addr(), cc.Addr, emu.Pid(), rc.rtt, where, model.FormatQPS(float64(cc.Sessions())))
+	what := "connecting " + model.FormatQPS(float64(cc.Sessions())) + " sessions"
+	if cc.SessionPerQuery {
+		what = "a new session per query, at most " + model.FormatQPS(float64(cc.Sessions())) + " open at once; warming up"
+	}
+	fmt.Fprintf(rs.out, "\n%s: WAN emulator (%s mode) %s -> %s (pid %d, RTT %v%s); %s...\n",
+		label, rc.wanMode, emu.Addr(), cc.Addr, emu.Pid(), rc.rtt, where, what)
 	clients, err := loadgen.Connect(ctx, cc, rs.logger)
 	if err != nil {
 		if ctx.Err() != nil {
@@ -576,9 +576,14 @@ func (rs *rampSession) runTransport(ctx context.Context, tr loadgen.Transport) (
 		return nil, fmt.Errorf("%s: connecting %d sessions through the WAN emulator: %w", label, cc.Sessions(), err)
 	}
 	st := clients.Stats
-	fmt.Fprintf(rs.out, "%s: %s sessions connected in %s (each: p50 %s, max %s); ramp %s -> %s q/s over %v\n",
-		label, model.FormatQPS(float64(st.Sessions)), roundDur(st.Total), roundDur(st.P50), roundDur(st.Max),
-		model.FormatQPS(rc.from), model.FormatQPS(rc.to), rc.duration)
+	if cc.SessionPerQuery {
+		fmt.Fprintf(rs.out, "%s: %d warm-up sessions opened and closed (each: p50 %s, max %s); ramp %s -> %s q/s over %v\n",
+			label, st.Sessions, roundDur(st.P50), roundDur(st.Max), model.FormatQPS(rc.from), model.FormatQPS(rc.to), rc.duration)
+	} else {
+		fmt.Fprintf(rs.out, "%s: %s sessions connected in %s (each: p50 %s, max %s); ramp %s -> %s q/s over %v\n",
+			label, model.FormatQPS(float64(st.Sessions)), roundDur(st.Total), roundDur(st.P50), roundDur(st.Max),
+			model.FormatQPS(rc.from), model.FormatQPS(rc.to), rc.duration)
+	}
 
 	emuBase, _ := emu.CPU()
 	pathBase := clients.PathStats()
@@ -603,6 +608,13 @@ func (rs *rampSession) runTransport(ctx context.Context, tr loadgen.Transport) (
 	run := res.ReportRun(clients)
 	run.Migrations = moves.finish(run.Seconds)
 	_ = clients.Close()
+	if cc.SessionPerQuery && rs.srv != nil {
+		n := rs.poolerClientsDrained(ctx)
+		run.PoolerClientsAfter = &n
+		if n > 0 {
+			fmt.Fprintf(rs.out, "%s: the pooler still holds %d client sessions after the run\n", label, n)
+		}
+	}
 	stats, serr := emu.Stop()
 	stopped = true
 
@@ -614,9 +626,12 @@ func (rs *rampSession) runTransport(ctx context.Context, tr loadgen.Transport) (
 	exec, overhead := rs.modelFor(tr)
 	run.PredictedCeilingQPS, run.PredictedPoolCeilingQPS = rs.predictions(tr)
 	run.ModelExecMs, run.ModelOverheadMs = msOf(exec), msOf(overhead)
+	if rr.churn != "" {
+		rs.applyChurn(rr, &run)
+	}
 	run.Emulator = &report.Usage{CPUSeconds: (emuEnd - emuBase).Seconds()}
 	if loss := rc.loss + rc.burstLoss; loss > 0 && (rc.wanMode == wan.ModePacket || tr == loadgen.QUIC) {
-		run.PredictedLossInflationMs = msOf(model.LossInflation(model.Transport(label), rc.rtt, loss, model.DefaultPacketsPerQuery))
+		run.PredictedLossInflationMs = msOf(model.LossInflation(model.Transport(transportLabel(tr, cc.TLS())), rc.rtt, loss, model.DefaultPacketsPerQuery))
 	}
 	prev, prevPath := emuBase, pathBase
 	for k := range run.Seconds {
@@ -681,6 +696,27 @@ func (rs *rampSession) runTransport(ctx context.Context, tr loadgen.Transport) (
 		rs.logger.Warn("WAN emulator counters", "err", serr)
 	}
 	return r, nil
+}
+
+// poolerClientsDrained waits, up to rampShutdownGrace, for the in-process
+// pooler to see every client session end, and returns how many it still
+// holds (logged in or starting): 0 when sessions close cleanly.
+func (rs *rampSession) poolerClientsDrained(ctx context.Context) int {
+	count := func() int { return len(rs.srv.pooler.Clients()) + rs.srv.pooler.StartingSessions() }
+	deadline := time.Now().Add(rampShutdownGrace)
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		n := count()
+		if n == 0 || time.Now().After(deadline) {
+			return n
+		}
+		select {
+		case <-ctx.Done():
+			return count()
+		case <-tick.C:
+		}
+	}
 }
 
 // cpuSampler reads the emulator's CPU time at the end of every second of a

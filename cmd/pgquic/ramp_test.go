@@ -147,12 +147,7 @@ func runRampTest(ctx context.Context, t *testing.T, args []string, stdout, stder
 // PostgreSQL, the in-process pooler and one WAN emulator child per front,
 // and checks what it wrote.
 func TestRampEndToEnd(t *testing.T) {
-	if _, err := pgtest.Binaries(); err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("PostgreSQL is required under CI: %v", err)
-		}
-		t.Skipf("PostgreSQL not installed: %v", err)
-	}
+	needPostgres(t)
 	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 	defer cancel()
 	out := filepath.Join(t.TempDir(), "results")
@@ -336,12 +331,7 @@ func TestRampInterrupted(t *testing.T) {
 // retransmissions and QUIC lost packets (run totals and per second), and
 // nothing the run made is left in `ip netns list`.
 func TestRampPacketMode(t *testing.T) {
-	if _, err := pgtest.Binaries(); err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("PostgreSQL is required under CI: %v", err)
-		}
-		t.Skipf("PostgreSQL not installed: %v", err)
-	}
+	needPostgres(t)
 	if err := wan.PacketPermitted(); err != nil {
 		if os.Getenv("CI") == "true" {
 			t.Fatalf("CI runs as root and must test packet mode: %v", err)

@@ -69,13 +69,20 @@ func runColor(rep *Report, i int) color.RGBA {
 	return otherColors[(i+earlier)%len(otherColors)]
 }
 
-// runLabel names a run in legends: "TCP" or "QUIC", with the run's index
-// when two runs share a transport.
+// runLabel names a run in legends: "TCP" or "QUIC" (or, in a
+// session-per-query run, its session path such as "EDGE-LOCAL"), with the
+// run's index when two runs share that name.
 func runLabel(rep *Report, i int) string {
+	name := func(r *Run) string {
+		if r.SessionPath != "" {
+			return r.SessionPath
+		}
+		return r.Transport
+	}
 	r := &rep.Runs[i]
-	label := strings.ToUpper(r.Transport)
+	label := strings.ToUpper(name(r))
 	for j := range rep.Runs {
-		if j != i && rep.Runs[j].Transport == r.Transport {
+		if j != i && name(&rep.Runs[j]) == name(r) {
 			return fmt.Sprintf("%s #%d", label, i+1)
 		}
 	}
@@ -252,6 +259,21 @@ func latencyChart(rep *Report) (*plot.Plot, error) {
 		p.Add(l)
 		p.Legend.Add(fmt.Sprintf("round trip %s ms", trimFloat(rtt)), l)
 		lo, hi = min(lo, rtt), max(hi, rtt)
+	}
+	// A new session per query costs k round trips: each such run's model
+	// latency, in its colour, beside its measured p50.
+	for i := range rep.Runs {
+		r := &rep.Runs[i]
+		if r.NewSessions == nil || r.PredictedLatencyMs <= 0 {
+			continue
+		}
+		l, err := hline(x0, x1, r.PredictedLatencyMs, runColor(rep, i), dotted)
+		if err != nil {
+			return nil, err
+		}
+		p.Add(l)
+		p.Legend.Add(fmt.Sprintf("%s model %d RTT = %s ms", runLabel(rep, i), r.ModelRoundTrips, trimFloat(r.PredictedLatencyMs)), l)
+		lo, hi = min(lo, r.PredictedLatencyMs), max(hi, r.PredictedLatencyMs)
 	}
 	if hi <= 0 || math.IsInf(lo, 1) {
 		lo, hi = 1, 10
@@ -632,13 +654,18 @@ func renderCharts(rep *Report) (charts []chart, err error) {
 	if err != nil {
 		return nil, err
 	}
+	latHow := "Latency counts from each query's intended send time, so time spent queued for a session is included. The grey line is the round trip: no query can beat it."
+	for _, r := range rep.Runs {
+		if r.NewSessions != nil {
+			latHow += " With a new session per query, a dotted line in a run's colour is the model's k round trips (plus execution and overhead), which its p50 should sit on until the run saturates."
+			break
+		}
+	}
 	specs := []struct {
 		id, question, howTo string
 		plots               []*plot.Plot
 	}{
-		{"latency", "How long did queries wait as the offered rate rose?",
-			"Latency counts from each query's intended send time, so time spent queued for a session is included. The grey line is the round trip: no query can beat it.",
-			[]*plot.Plot{lat}},
+		{"latency", "How long did queries wait as the offered rate rose?", latHow, []*plot.Plot{lat}},
 		{"throughput", "Did each transport keep up with the offered rate, and where did it saturate?",
 			"Completed queries per second against the offered rate. Dotted lines are the model's ceilings (sessions / per-query time, and the pool's); a triangle marks the measured knee, the highest offered rate that was kept up with.",
 			[]*plot.Plot{thr}},

@@ -44,6 +44,16 @@ type pageData struct {
 	Runs   []runView
 }
 
+// HasChurn tells whether any run opened a new session per query.
+func (d pageData) HasChurn() bool {
+	for _, r := range d.Report.Runs {
+		if r.NewSessions != nil {
+			return true
+		}
+	}
+	return false
+}
+
 // HasPath tells whether any run measured its path (packet mode).
 func (d pageData) HasPath() bool {
 	for _, r := range d.Report.Runs {
@@ -112,6 +122,15 @@ type runView struct {
 	LossInflation string
 	Bottleneck    string
 	Migrations    string
+	// Session-per-query runs only.
+	Churn          bool
+	RoundTrips     string
+	PredictedLat   string
+	MeasuredLat    string
+	NewSessions    string
+	ConnectLatency string
+	PortCeiling    string
+	PoolerClients  string
 }
 
 func newRunView(rep *Report, i int) runView {
@@ -148,13 +167,38 @@ func newRunView(rep *Report, i int) runView {
 		v.Sessions += ", no TLS"
 	}
 	eff := r.PredictedCeilingQPS
-	if p := r.PredictedPoolCeilingQPS; p > 0 && (eff == 0 || p < eff) {
-		eff = p
+	for _, p := range []float64{r.PredictedPoolCeilingQPS, r.PredictedPortCeilingQPS} {
+		if p > 0 && (eff == 0 || p < eff) {
+			eff = p
+		}
 	}
 	v.Effective = qps(eff)
 	perQuery := rep.Scenario.RTTMs + r.ModelExecMs + r.ModelOverheadMs
 	v.PerQuery = fmt.Sprintf("%s + %s + %s = %s ms", trimMs(rep.Scenario.RTTMs), trimMs(r.ModelExecMs),
 		trimMs(r.ModelOverheadMs), trimMs(perQuery))
+	if r.NewSessions != nil {
+		// A new session per query: k round trips, not one.
+		k := float64(r.ModelRoundTrips)
+		connectRTs := r.ConnectRoundTrips()
+		perQuery = k*rep.Scenario.RTTMs + r.ModelExecMs + r.ModelOverheadMs
+		v.PerQuery = fmt.Sprintf("%d x %s + %s + %s = %s ms", r.ModelRoundTrips, trimMs(rep.Scenario.RTTMs), trimMs(r.ModelExecMs),
+			trimMs(r.ModelOverheadMs), trimMs(perQuery))
+		v.Churn = true
+		v.RoundTrips = fmt.Sprintf("%d (%d before the session is ready)", r.ModelRoundTrips, connectRTs)
+		v.PredictedLat = msText(r.PredictedLatencyMs)
+		v.MeasuredLat = msText(r.LatencyMs.P50)
+		v.NewSessions = count(*r.NewSessions)
+		v.ConnectLatency = "-"
+		if c := r.ConnectMs; c != nil {
+			v.ConnectLatency = fmt.Sprintf("%s / %s (model %s)", msText(c.P50), msText(c.P99),
+				msText(float64(connectRTs)*rep.Scenario.RTTMs))
+		}
+		v.PortCeiling = qps(r.PredictedPortCeilingQPS)
+		v.PoolerClients = "not checked"
+		if n := r.PoolerClientsAfter; n != nil {
+			v.PoolerClients = count(int64(*n))
+		}
+	}
 	if perQuery > 0 && r.PredictedCeilingQPS > 0 {
 		v.LittleExample = fmt.Sprintf("%s: %s sessions / %s ms = %s q/s", v.Name, count(int64(r.Sessions())),
 			trimMs(perQuery), model.FormatQPS(model.Ceiling(r.Sessions(), time.Duration(perQuery*float64(time.Millisecond)))))
@@ -281,7 +325,13 @@ pool of {{.PoolSize}} server connections; query <code>{{.Query}}</code>.</p>{{en
 <tr><th></th>{{range .Runs}}<th class="run" style="border-bottom-color: {{.Color}}">{{.Name}}{{if .Target}} ({{.Target}}){{end}}</th>{{end}}</tr>
 <tr><th>sessions</th>{{range .Runs}}<td>{{.Sessions}}</td>{{end}}</tr>
 <tr><th>per query: RTT + exec + pooler</th>{{range .Runs}}<td class="num">{{.PerQuery}}</td>{{end}}</tr>
-<tr><th>predicted ceiling (client)</th>{{range .Runs}}<td class="num">{{.Predicted}}</td>{{end}}</tr>
+{{if .HasChurn}}<tr><th>new session per query: round trips k (model)</th>{{range .Runs}}<td class="num">{{.RoundTrips}}</td>{{end}}</tr>
+<tr><th>latency: model k x RTT + exec + pooler / measured p50</th>{{range .Runs}}<td class="num">{{.PredictedLat}} / <b>{{.MeasuredLat}}</b></td>{{end}}</tr>
+<tr><th>new sessions</th>{{range .Runs}}<td class="num">{{.NewSessions}}</td>{{end}}</tr>
+<tr><th>connect p50 / p99 (to a ready session)</th>{{range .Runs}}<td class="num">{{.ConnectLatency}}</td>{{end}}</tr>
+<tr><th>predicted ceiling (ephemeral ports in TIME_WAIT)</th>{{range .Runs}}<td class="num">{{.PortCeiling}}</td>{{end}}</tr>
+<tr><th>pooler's client sessions after the run</th>{{range .Runs}}<td class="num">{{.PoolerClients}}</td>{{end}}</tr>
+{{end}}<tr><th>predicted ceiling (client)</th>{{range .Runs}}<td class="num">{{.Predicted}}</td>{{end}}</tr>
 <tr><th>predicted ceiling (pool)</th>{{range .Runs}}<td class="num">{{.Pool}}</td>{{end}}</tr>
 <tr><th>predicted, the lower of the two</th>{{range .Runs}}<td class="num"><b>{{.Effective}}</b></td>{{end}}</tr>
 <tr><th>measured knee</th>{{range .Runs}}<td class="num"><b>{{.Knee}}</b>{{if .KneeNote}} ({{.KneeNote}}){{end}}</td>{{end}}</tr>
@@ -300,7 +350,13 @@ pool of {{.PoolSize}} server connections; query <code>{{.Query}}</code>.</p>{{en
 sessions / (round trip + execution + pooler overhead) queries per second{{range .Runs}}{{if .LittleExample}}; {{.LittleExample}}{{end}}{{end}}.
 The pool's ceiling is pool size / (execution + overhead), times the pooler's cross-client pipelining depth when it
 pipelines (then an upper bound: PostgreSQL still runs a server connection's queries one after another). The knee is the highest offered rate of a one-second window
-whose completions kept up (at least 98% of offered) with a backlog that did not grow.</p>
+whose completions kept up (at least 98% of offered) with a backlog that did not grow.{{if .HasChurn}}
+With a new session per query, each query costs k round trips (tcp: connect, startup, query = 3; tcp+tls adds the
+SSLRequest and TLS 1.3's handshake = 5; an edge with local startup sends startup and query in one flight = 1), so its
+latency is about k x RTT and the ceiling is sessions / (k x RTT + execution + overhead). The comparison is not
+symmetric: the edge's QUIC connection is warm, opened before the run as a long-lived edge keeps it, while TCP pays its
+handshake for every query; across a real path (packet mode) TCP's client ports wait 60 s in TIME_WAIT, which bounds
+new connections per second; the pooler's own work per new session is not in the model.{{end}}</p>
 {{range $i, $c := .Charts}}
 <h2 id="{{$c.ID}}">{{$c.Question}}</h2>
 <p class="how">{{$c.HowTo}}</p>

@@ -280,3 +280,36 @@ func TestWriteHTMLMigrations(t *testing.T) {
 		}
 	}
 }
+
+// TestWriteHTMLChurn: a session-per-query run shows its session path, its
+// new sessions and connect times beside the model's round trips.
+func TestWriteHTMLChurn(t *testing.T) {
+	r := Synthetic()
+	r.Runs = r.Runs[:1]
+	run := &r.Runs[0]
+	n, zero := int64(2100), 0
+	run.SessionPath, run.NewSessions, run.PoolerClientsAfter = "tcp+tls", &n, &zero
+	run.ConnectMs = &ConnectLatency{P50: 606.5, P99: 611.4}
+	four := 4
+	run.ModelRoundTrips, run.ModelConnectRoundTrips, run.PredictedLatencyMs = 5, &four, 750.5
+	run.Conns, run.PredictedCeilingQPS, run.PredictedPortCeilingQPS = 100, 133.2, 470.5
+	page := renderPage(t, r)
+	checkPage(t, page)
+	text := html.UnescapeString(string(page))
+	for _, s := range []string{
+		"TCP+TLS",                              // labelled by its session path
+		"5 (4 before the session is ready)",    // the model's round trips
+		"5 x 150 + 0.4 + 0.1 = 750.5 ms",       // per query
+		"750.5 ms / ",                          // model latency beside the measured p50
+		"2,100",                                // new sessions
+		"606.5 ms / 611.4 ms (model 600.0 ms)", // connect p50 / p99
+		"471 q/s",                              // the port ceiling
+		"100 sessions / 750.5 ms = 133 q/s",    // Little's law with k round trips
+		"TCP+TLS model 5 RTT = 750.5 ms",       // the latency chart's model line
+		"symmetric: the edge's QUIC connection is warm",
+	} {
+		if !strings.Contains(text, s) {
+			t.Errorf("page lacks %q", s)
+		}
+	}
+}

@@ -208,6 +208,38 @@ type Run struct {
 	// address during the run (`pgquic ramp --migrate-at`), with the
 	// latency around each.
 	Migrations []Migration `json:"migrations,omitempty"`
+	// SessionPath names, in a session-per-query run, how each new session
+	// was opened: "tcp", "tcp+tls" or "edge-local" (through an edge with
+	// local startup over a warm QUIC connection); empty in other runs.
+	SessionPath string `json:"session_path,omitempty"`
+	// NewSessions counts the sessions a session-per-query run opened
+	// (about completed + errors: one per query that started); nil in other
+	// runs.
+	NewSessions *int64 `json:"new_sessions,omitempty"`
+	// ConnectMs is the time from the dial to a ready session
+	// (ReadyForQuery) in a session-per-query run, in milliseconds; nil in
+	// other runs.
+	ConnectMs *ConnectLatency `json:"connect_ms,omitempty"`
+	// ModelRoundTrips is, in a session-per-query run, the network round
+	// trips the model counts per query (new session and query, see
+	// model.ChurnRoundTrips), ModelConnectRoundTrips those before the
+	// session is ready; PredictedLatencyMs is ModelRoundTrips x RTT + exec +
+	// overhead, beside LatencyMs.P50.
+	// (ModelConnectRoundTrips is a pointer so that edge-local's 0 is
+	// written.)
+	ModelRoundTrips        int     `json:"model_round_trips,omitempty"`
+	ModelConnectRoundTrips *int    `json:"model_connect_round_trips,omitempty"`
+	PredictedLatencyMs     float64 `json:"predicted_latency_ms,omitempty"`
+	// PredictedPortCeilingQPS is, for a TCP session-per-query run across a
+	// real path (packet mode), the new connections per second the client's
+	// ephemeral ports allow while each closed one waits in TIME_WAIT
+	// (model.PortCeiling); 0 when it does not apply.
+	PredictedPortCeilingQPS float64 `json:"predicted_port_ceiling_qps,omitempty"`
+	// PoolerClientsAfter is, for a session-per-query run against the
+	// in-process pooler, the client sessions the pooler still held once
+	// the run's sessions were closed and it had a few seconds to see them
+	// end: 0 when every session ended cleanly; nil when not checked.
+	PoolerClientsAfter *int `json:"pooler_clients_after,omitempty"`
 	// ErrorKinds counts failed queries by kind: "SQLSTATE xxxxx" for an
 	// error from the server, "connection", "timeout" or "other", so a run
 	// full of errors says what they were.
@@ -245,6 +277,12 @@ type Connect struct {
 	// QUICConns is the number of live QUIC connections after connecting
 	// (QUIC only).
 	QUICConns int `json:"quic_conns,omitempty"`
+}
+
+// ConnectLatency is the time to a ready new session, in milliseconds.
+type ConnectLatency struct {
+	P50 float64 `json:"p50"`
+	P99 float64 `json:"p99"`
 }
 
 // Latency is a latency summary in milliseconds.
@@ -386,6 +424,15 @@ func (r *Report) Run(transport string) *Run {
 // connections times streams per connection (at least one per connection).
 func (r *Run) Sessions() int {
 	return r.Conns * max(r.StreamsPerConn, 1)
+}
+
+// ConnectRoundTrips is the model's round trips before a session-per-query
+// run's session is ready (ModelConnectRoundTrips), 0 when not set.
+func (r *Run) ConnectRoundTrips() int {
+	if r.ModelConnectRoundTrips == nil {
+		return 0
+	}
+	return *r.ModelConnectRoundTrips
 }
 
 // MarshalIndent returns the report as indented JSON after validating it.

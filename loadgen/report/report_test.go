@@ -62,6 +62,41 @@ func TestContractKeys(t *testing.T) {
 	}
 }
 
+// TestChurnContractKeys: a session-per-query run writes new_sessions and
+// connect_ms (p50, p99) even when they are zero; other runs leave them out.
+func TestChurnContractKeys(t *testing.T) {
+	var zero int64
+	for _, tt := range []struct {
+		run   Run
+		churn bool
+	}{
+		{Run{Transport: TransportTCP, NewSessions: &zero, ConnectMs: &ConnectLatency{}}, true},
+		{Run{Transport: TransportTCP}, false},
+	} {
+		b, err := json.Marshal(tt.run)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var run map[string]any
+		if err := json.Unmarshal(b, &run); err != nil {
+			t.Fatal(err)
+		}
+		_, hasNew := run["new_sessions"]
+		c, hasConnect := run["connect_ms"].(map[string]any)
+		if hasNew != tt.churn || hasConnect != tt.churn {
+			t.Errorf("churn %v: %s", tt.churn, b)
+		}
+		if tt.churn {
+			if _, ok := c["p50"]; !ok {
+				t.Errorf("connect_ms lacks p50: %s", b)
+			}
+			if _, ok := c["p99"]; !ok {
+				t.Errorf("connect_ms lacks p99: %s", b)
+			}
+		}
+	}
+}
+
 func TestValidate(t *testing.T) {
 	ok := func() Run {
 		return Run{Transport: TransportQUIC, Scheduled: 10, Completed: 7, Errors: 1, Unfinished: 2}
