@@ -119,7 +119,7 @@ type session struct {
 	console     Console     // non-nil for an admin console session (console.go)
 	listed      atomic.Bool // logged in: user, database, pool and the above are final
 	waitSince   time.Time   // when the current wait for a server connection began
-	lastRequest time.Time   // when a server connection was last attached
+	lastRequest time.Time   // when the first request on the last attached server connection began (noteRequest)
 }
 
 func newSession(p *Pooler, rwc io.ReadWriteCloser, peer Peer) *session {
