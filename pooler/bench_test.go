@@ -105,6 +105,13 @@ func pgbenchSelect() []byte {
 	return b
 }
 
+// longSelect is a simple Query of the length applications send (200
+// bytes), where the pooler's reading of the text costs more than for
+// "SELECT 1".
+const longSelect = "SELECT a.aid, a.abalance, a.abalance + 1 AS next_balance, " +
+	"a.abalance * 2 AS doubled FROM pgbench_accounts a WHERE a.aid = 42 " +
+	"AND a.abalance >= 0 AND a.abalance < 1000000 ORDER BY a.aid DESC LIMIT 50"
+
 // BenchmarkQuery measures one request's way through the pooler in
 // transaction mode against real PostgreSQL: a simple Query, and the
 // extended-protocol request pgbench -S -M extended sends. Each op is one
@@ -119,6 +126,7 @@ func BenchmarkQuery(b *testing.B) {
 		req  []byte
 	}{
 		{"simple", appendMsg(nil, 'Q', []byte("SELECT 1"), []byte{0})},
+		{"simple-long", appendMsg(nil, 'Q', []byte(longSelect), []byte{0})},
 		{"extended", pgbenchSelect()},
 	} {
 		b.Run(bc.name, func(b *testing.B) {

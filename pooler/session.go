@@ -59,6 +59,7 @@ type session struct {
 	proven        bool              // desired has been set on a server once: later syncs are pipelined
 	lastConn      *serverState      // the server connection this session borrowed last (see lastBorrower)
 	unnamed       *stmt             // the client's unnamed statement, for replay
+	plainQuery    plainQuery        // the client's last plain simple-Query text (inspectQuery); owner only
 	skipping      bool              // dropping messages until Sync after an error the pooler raised
 	lastSync      bool              // the last client message was Sync, Query, FunctionCall, CopyDone or CopyFail
 	wlocked       bool              // owner holds wmu
