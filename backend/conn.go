@@ -109,13 +109,19 @@ func (c *Conn) ObserveTransaction(d time.Duration) {
 // still has buffered bytes (a broken promise that would hand the next client
 // someone else's data), is destroyed instead.
 // Calling Release or Destroy again afterwards does nothing.
-func (c *Conn) Release() {
+func (c *Conn) Release() { c.ReleaseAt(time.Now()) }
+
+// ReleaseAt is Release for a holder that has just read the clock (the
+// pooler at the ReadyForQuery that ends a request): now, which must be
+// no older than that, stands for the release time in the lifetime check
+// and as the connection's last use, so the release reads no clock of its
+// own.
+func (c *Conn) ReleaseAt(now time.Time) {
 	res := c.res.Swap(nil)
 	if res == nil {
 		return
 	}
 	p := c.pool
-	now := time.Now()
 	if c.R.Buffered() != 0 || c.W.Buffered() != 0 {
 		p.logger.Warn("backend: connection released with buffered data; destroying it",
 			"pid", c.PID, "read_buffered", c.R.Buffered(), "write_buffered", c.W.Buffered())

@@ -214,7 +214,7 @@ func (s *session) startAttachmentLocked(conn *backend.Conn) *attachment {
 	s.attGen++
 	a.conn, a.st, a.status, a.gen = conn, st, 'I', s.attGen
 	s.att = a
-	s.lastRequest = time.Now()
+	a.stampAttach = true // s.lastRequest: the clock read of the request it serves (noteRequest)
 	if s.p.cfg.Mode == ModeSession {
 		// The server may speak at any time (NOTIFY, a FATAL on shutdown):
 		// in session mode a relay goroutine always listens.

@@ -105,6 +105,13 @@ func pgbenchSelect() []byte {
 	return b
 }
 
+// longSelect is a simple Query of the length applications send (200
+// bytes), where the pooler's reading of the text costs more than for
+// "SELECT 1".
+const longSelect = "SELECT a.aid, a.abalance, a.abalance + 1 AS next_balance, " +
+	"a.abalance * 2 AS doubled FROM pgbench_accounts a WHERE a.aid = 42 " +
+	"AND a.abalance >= 0 AND a.abalance < 1000000 ORDER BY a.aid DESC LIMIT 50"
+
 // BenchmarkQuery measures one request's way through the pooler in
 // transaction mode against real PostgreSQL: a simple Query, and the
 // extended-protocol request pgbench -S -M extended sends. Each op is one
@@ -119,6 +126,7 @@ func BenchmarkQuery(b *testing.B) {
 		req  []byte
 	}{
 		{"simple", appendMsg(nil, 'Q', []byte("SELECT 1"), []byte{0})},
+		{"simple-long", appendMsg(nil, 'Q', []byte(longSelect), []byte{0})},
 		{"extended", pgbenchSelect()},
 	} {
 		b.Run(bc.name, func(b *testing.B) {
@@ -194,7 +202,15 @@ func procIO(tb testing.TB) (calls uint64, ok bool) {
 // fails a change that adds two calls to every request (a second flush and
 // a read before each message, say) on any run, and one that adds one on
 // most runs: a marked regression, not noise.
+//
+// Allocations: 0.008 to 0.010 per request (2026-12-02), background
+// goroutines' spread over the run; under -race, as CI runs it, 0.50 to
+// 0.55, the race runtime's own. The bound, one, is what the race build
+// leaves room for: a request that allocates fails it either way.
+// simple-long, a 200-byte text sent again and again, takes the path that
+// skips the lexer (inspectQuery).
 func TestRequestPathCost(t *testing.T) {
+	const maxAllocs = 1.0
 	if _, ok := procIO(t); !ok {
 		t.Skip("no /proc/self/io on this system")
 	}
@@ -209,6 +225,7 @@ func TestRequestPathCost(t *testing.T) {
 		maxCalls float64
 	}{
 		{"simple", appendMsg(nil, 'Q', []byte("SELECT 1"), []byte{0}), 9.5},
+		{"simple-long", appendMsg(nil, 'Q', []byte(longSelect), []byte{0}), 9.5},
 		{"extended", pgbenchSelect(), 9.5},
 	} {
 		for range 20 {
@@ -228,8 +245,8 @@ func TestRequestPathCost(t *testing.T) {
 		if calls > tc.maxCalls {
 			t.Errorf("%s: %.2f read/write system calls per request, want at most %.1f", tc.name, calls, tc.maxCalls)
 		}
-		if allocs >= 1 {
-			t.Errorf("%s: %.2f allocations per request, want none", tc.name, allocs)
+		if allocs >= maxAllocs {
+			t.Errorf("%s: %.3f allocations per request, want at most %.2f (none of the pooler's own)", tc.name, allocs, maxAllocs)
 		}
 	}
 }

@@ -46,8 +46,9 @@ type ClientInfo struct {
 	Console bool
 	// State is active, idle or waiting.
 	State ClientState
-	// ConnectTime is when the session began; RequestTime when it last
-	// borrowed a server connection (ConnectTime before its first).
+	// ConnectTime is when the session began; RequestTime when the first
+	// request on the server connection it last borrowed began (the
+	// borrowing itself, a moment earlier, reads no clock of its own).
 	ConnectTime, RequestTime time.Time
 	// WaitSince is when the current wait for a server connection began;
 	// zero unless State is ClientWaiting.

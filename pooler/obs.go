@@ -257,6 +257,11 @@ func (s *session) noteRequest(a *attachment, e *entry) {
 	}
 	if a.batchStart.IsZero() {
 		a.batchStart = time.Now()
+		if a.stampAttach {
+			// The request the connection was attached for: one clock
+			// read serves both.
+			s.lastRequest, a.stampAttach = a.batchStart, false
+		}
 	}
 	switch e.kind {
 	case eSync, eQuery, eFunc:
@@ -273,6 +278,7 @@ func (s *session) noteReady(a *attachment, head *entry, status byte) {
 		return
 	}
 	now := time.Now()
+	a.readyAt = now // finishRelease's release time, a moment later
 	a.conn.ObserveQuery(now.Sub(head.start))
 	if a.txStart.IsZero() {
 		a.txStart = head.start

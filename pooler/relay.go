@@ -70,6 +70,9 @@ type attachment struct {
 
 	batchStart time.Time // first message of the client's request not yet closed by Sync (see noteRequest)
 	txStart    time.Time // first request of the transaction in progress
+	readyAt    time.Time // when noteReady last read the clock, for finishRelease
+
+	stampAttach bool // the first request on this attachment stamps s.lastRequest (noteRequest)
 
 	released   bool // the relay gave the connection back (or lost it)
 	skipping   bool // the server reported an error and skips messages until Sync

@@ -607,8 +607,10 @@ func (s *session) finishRelease(a *attachment) {
 		a.rider.Leave(destroy, s.p.laneLimits()) // the next client's replies, or back to the pool
 	case destroy:
 		a.conn.Destroy()
+	case a.readyAt.IsZero() || cancels != nil || resetID:
+		a.conn.Release() // time passed since the ReadyForQuery
 	default:
-		a.conn.Release()
+		a.conn.ReleaseAt(a.readyAt) // the ReadyForQuery's clock read, a moment ago
 	}
 	s.p.m.assignments.Inc()
 	if draining {

@@ -59,6 +59,7 @@ type session struct {
 	proven        bool              // desired has been set on a server once: later syncs are pipelined
 	lastConn      *serverState      // the server connection this session borrowed last (see lastBorrower)
 	unnamed       *stmt             // the client's unnamed statement, for replay
+	plainQuery    plainQuery        // the client's last plain simple-Query text (inspectQuery); owner only
 	skipping      bool              // dropping messages until Sync after an error the pooler raised
 	lastSync      bool              // the last client message was Sync, Query, FunctionCall, CopyDone or CopyFail
 	wlocked       bool              // owner holds wmu
@@ -119,7 +120,7 @@ type session struct {
 	console     Console     // non-nil for an admin console session (console.go)
 	listed      atomic.Bool // logged in: user, database, pool and the above are final
 	waitSince   time.Time   // when the current wait for a server connection began
-	lastRequest time.Time   // when a server connection was last attached
+	lastRequest time.Time   // when the first request on the last attached server connection began (noteRequest)
 }
 
 func newSession(p *Pooler, rwc io.ReadWriteCloser, peer Peer) *session {

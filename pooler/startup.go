@@ -9,6 +9,7 @@ import (
 	"io"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgproto3"
 
@@ -423,6 +424,7 @@ func (s *session) login(ctx context.Context, sp *startupParams, authenticated fu
 			p.rekey(s, conn.PID)
 			s.mu.Lock()
 			s.startAttachmentLocked(conn)
+			s.lastRequest = time.Now() // until the first request stamps it
 			s.mu.Unlock()
 		} else {
 			conn.Release()

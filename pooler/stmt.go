@@ -557,7 +557,7 @@ func (s *session) handleQuery(ctx context.Context) error {
 		}
 		s.mu.Unlock()
 	}
-	info := inspectSQL(sql)
+	info := s.inspectQuery(sql)
 	if err := s.checkIdentity(info); err != nil {
 		return s.raise(err, true)
 	}
@@ -580,6 +580,38 @@ func (s *session) handleQuery(ctx context.Context) error {
 		return err
 	}
 	return s.followLocked(a)
+}
+
+// plainQuery is the text of a session's last simple Query when the lexer
+// found nothing but plain statements in it, with its fingerprint.
+type plainQuery struct {
+	text []byte
+	fp   uint64
+}
+
+// maxPlainQuery bounds the text a session keeps for inspectQuery: what a
+// session holds while idle stays small, and a longer text is rarely sent
+// again unchanged.
+const maxPlainQuery = 1024
+
+// inspectQuery is inspectSQL for a simple Query's text. A client that
+// sends the same plain text as its previous Query (what a polling loop,
+// a health check or an application's fixed statement does) gets the
+// classification a plain text has, {pipe, fp}, after one comparison of
+// the bytes instead of a run of the lexer (about 0.4 µs for "SELECT 1",
+// 5 µs for a 200-byte SELECT). Classification is a function of the
+// text alone, so equal bytes mean an equal result; only plain texts are
+// kept, so a text that changes anything is always read again.
+func (s *session) inspectQuery(sql []byte) sqlInfo {
+	m := &s.plainQuery
+	if len(m.text) > 0 && bytes.Equal(m.text, sql) {
+		return sqlInfo{pipe: true, fp: m.fp}
+	}
+	info := inspectSQL(sql)
+	if info.pipe && len(sql) <= maxPlainQuery {
+		m.text, m.fp = append(m.text[:0], sql...), info.fp
+	}
+	return info
 }
 
 // addClientStmt records a client's named statement. s.mu must be held.
