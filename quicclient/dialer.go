@@ -184,6 +184,11 @@ type clientConn struct {
 	co   *quicwire.Coalescer // nil with NoCoalescing
 	slot int
 	open int // streams open or being opened; guarded by Dialer.mu
+	// resumed records whether the handshake resumed a TLS session. It is
+	// read once, before the connection can migrate: quic-go's
+	// ConnectionState reads the connection's socket, which a path switch
+	// replaces on its own goroutine, so calling it later races.
+	resumed bool
 }
 
 // DialerStats is a snapshot of the dialer's connections.
@@ -389,7 +394,7 @@ func (d *Dialer) Stats() DialerStats {
 			st.PacketsReceived += cs.PacketsReceived
 			st.PacketsLost += cs.PacketsLost
 			st.SmoothedRTT += cs.SmoothedRTT
-			if cc.conn.ConnectionState().TLS.DidResume {
+			if cc.resumed {
 				st.Resumed++
 			}
 		}
@@ -480,7 +485,7 @@ func (d *Dialer) dialSlot(ctx context.Context, i int) (*clientConn, error) {
 		_ = conn.CloseWithError(quicwire.AppCode(ErrCodeNoError), "dialer closed")
 		return nil, ErrDialerClosed
 	}
-	cc := &clientConn{conn: conn, slot: i, open: 1}
+	cc := &clientConn{conn: conn, slot: i, open: 1, resumed: conn.ConnectionState().TLS.DidResume}
 	if !d.cfg.NoCoalescing {
 		cc.co = quicwire.NewCoalescer(conn.Context())
 	}
