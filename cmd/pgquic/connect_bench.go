@@ -643,9 +643,25 @@ func resumedSession(t benchTarget, pin, cert, key, cacheFile, connString string,
 		if err != nil {
 			return err
 		}
-		// The dialer binds its UDP socket at the first dial, so in packet
-		// mode that dial runs inside the client namespace.
-		cfg.DialFunc, cfg.LookupFunc = wan.DialInNetns(t.netns, d.DialFunc()), d.LookupFunc()
+		cfg.DialFunc, cfg.LookupFunc = d.DialFunc(), d.LookupFunc()
+		if t.netns != "" {
+			// The dialer binds its UDP socket at its first dial, and with
+			// local startup the session's stream is dialed from the
+			// dialer's own goroutine: in packet mode the first dial (the
+			// resumed handshake, one round trip, part of the timed
+			// session as in a new process) runs here, inside the client
+			// namespace, and the session's flight follows on that
+			// connection.
+			if err := wan.InNetns(t.netns, func() error {
+				c, err := d.Dial(ctx)
+				if err != nil {
+					return err
+				}
+				return c.Close()
+			}); err != nil {
+				return err
+			}
+		}
 		earlier := d.GreetingStore() != nil && len(d.GreetingStore().LoadGreetings()) > 0
 		if err := firstRow(ctx, cfg); err != nil {
 			return err
