@@ -583,10 +583,11 @@ func (s *session) handleQuery(ctx context.Context) error {
 }
 
 // plainQuery is the text of a session's last simple Query when the lexer
-// found nothing but plain statements in it, with its fingerprint.
+// found nothing but plain statements in it, with the whole classification
+// it got, so that a repeat returns exactly what inspectSQL returned.
 type plainQuery struct {
 	text []byte
-	fp   uint64
+	info sqlInfo
 }
 
 // maxPlainQuery bounds the text a session keeps for inspectQuery: what a
@@ -597,7 +598,7 @@ const maxPlainQuery = 1024
 // inspectQuery is inspectSQL for a simple Query's text. A client that
 // sends the same plain text as its previous Query (what a polling loop,
 // a health check or an application's fixed statement does) gets the
-// classification a plain text has, {pipe, fp}, after one comparison of
+// classification that text got the first time after one comparison of
 // the bytes instead of a run of the lexer (about 0.4 µs for "SELECT 1",
 // 5 µs for a 200-byte SELECT). Classification is a function of the
 // text alone, so equal bytes mean an equal result; only plain texts are
@@ -605,11 +606,11 @@ const maxPlainQuery = 1024
 func (s *session) inspectQuery(sql []byte) sqlInfo {
 	m := &s.plainQuery
 	if len(m.text) > 0 && bytes.Equal(m.text, sql) {
-		return sqlInfo{pipe: true, fp: m.fp}
+		return m.info
 	}
 	info := inspectSQL(sql)
-	if info.pipe && len(sql) <= maxPlainQuery {
-		m.text, m.fp = append(m.text[:0], sql...), info.fp
+	if info.pipe && info.params == nil && info.resets == nil && len(sql) <= maxPlainQuery {
+		m.text, m.info = append(m.text[:0], sql...), info
 	}
 	return info
 }
