@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/pgquic/pgquic/backend"
 	"github.com/pgquic/pgquic/internal/pgproto"
@@ -602,15 +603,19 @@ func (s *session) finishRelease(a *attachment) {
 			destroy = true
 		}
 	}
+	// The ReadyForQuery's clock read, a moment ago, stands for the release
+	// time, unless time passed since (a cancel or an identity reset).
+	now := a.readyAt
+	if now.IsZero() || cancels != nil || resetID {
+		now = time.Now()
+	}
 	switch {
 	case a.rider != nil:
-		a.rider.Leave(destroy, s.p.laneLimits()) // the next client's replies, or back to the pool
+		a.rider.LeaveAt(now, destroy, s.p.laneLimits()) // the next client's replies, or back to the pool
 	case destroy:
 		a.conn.Destroy()
-	case a.readyAt.IsZero() || cancels != nil || resetID:
-		a.conn.Release() // time passed since the ReadyForQuery
 	default:
-		a.conn.ReleaseAt(a.readyAt) // the ReadyForQuery's clock read, a moment ago
+		a.conn.ReleaseAt(now)
 	}
 	s.p.m.assignments.Inc()
 	if draining {

@@ -346,14 +346,20 @@ func (lp *Pool) doneWriting(rd *Rider, lim Limits) {
 	lp.mu.Unlock()
 }
 
-// leave ends rd's turn once its request has been answered: the next rider
+// Leave ends rd's turn once its request has been answered: the next rider
 // reads, or, when rd was the last, the connection goes back to the pool
 // (or is destroyed). The latency of rd's request feeds the statistics.
-func (rd *Rider) Leave(destroy bool, lim Limits) {
+func (rd *Rider) Leave(destroy bool, lim Limits) { rd.LeaveAt(time.Now(), destroy, lim) }
+
+// LeaveAt is Leave for a caller that has just read the clock (the pooler
+// at the ReadyForQuery that answered rd's request): now, which must be no
+// older than that, ends rd's latency, starts the next rider's turn and is
+// the connection's release time, so leaving reads no clock of its own.
+func (rd *Rider) LeaveAt(now time.Time, destroy bool, lim Limits) {
 	l := rd.l
 	lp := l.lp
 	if !rd.start.IsZero() {
-		lim.Lat.Observe(rd.fp, time.Since(rd.start))
+		lim.Lat.Observe(rd.fp, now.Sub(rd.start))
 	}
 	lp.mu.Lock()
 	if len(l.riders) == 0 || l.riders[0] != rd {
@@ -377,7 +383,7 @@ func (rd *Rider) Leave(destroy bool, lim Limits) {
 	l.riders[len(l.riders)-1] = nil
 	l.riders = l.riders[:len(l.riders)-1]
 	if len(l.riders) > 0 {
-		l.riders[0].since = time.Now().UnixNano()
+		l.riders[0].since = now.UnixNano()
 		l.riders[0].signal()
 		lp.fillLocked(l, lim)
 		lp.mu.Unlock()
@@ -389,7 +395,7 @@ func (rd *Rider) Leave(destroy bool, lim Limits) {
 		w := lp.waiters[0]
 		lp.waiters = append(lp.waiters[:0], lp.waiters[1:]...)
 		nr := w.rd
-		nr.l, nr.turn, nr.joined, nr.since = l, turnNow, false, time.Now().UnixNano()
+		nr.l, nr.turn, nr.joined, nr.since = l, turnNow, false, now.UnixNano()
 		l.riders = append(l.riders, nr)
 		l.writing, l.key, l.seals, l.solo, l.cancelled = true, w.key, 0, false, false
 		w.got = true
@@ -402,7 +408,7 @@ func (rd *Rider) Leave(destroy bool, lim Limits) {
 	if destroy {
 		l.conn.Destroy()
 	} else {
-		l.conn.Release()
+		l.conn.ReleaseAt(now)
 	}
 }
 
