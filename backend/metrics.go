@@ -2,9 +2,13 @@ package backend
 
 import (
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+
+	"github.com/pgquic/pgquic/internal/zerohist"
 )
 
 // Reasons a server connection is destroyed, used as the "reason" label of
@@ -68,6 +72,10 @@ type Metrics struct {
 	mu     sync.Mutex
 	open   map[*Pool]struct{} // pools whose gauges Collect reads
 	labels map[labelPair]int  // pools open per (database, user)
+	// zeroWait counts, per (database, user), the acquires that did not
+	// wait: observations of 0 in acquireWait that Collect merges in
+	// (zerohist), so TryAcquire adds to a counter instead of observing.
+	zeroWait map[labelPair]*atomic.Uint64
 }
 
 // labelPair is the database and user labels of a pool's series.
@@ -140,8 +148,9 @@ func newMetrics() *Metrics {
 			Namespace: ns, Subsystem: sub, Name: "pools_refused_total",
 			Help: "Clients refused because a wildcard route already held max_pools pools.",
 		}),
-		open:   make(map[*Pool]struct{}),
-		labels: make(map[labelPair]int),
+		open:     make(map[*Pool]struct{}),
+		labels:   make(map[labelPair]int),
+		zeroWait: make(map[labelPair]*atomic.Uint64),
 	}
 	for _, r := range [...]string{routeNamed, routeWildcard} {
 		m.pools.WithLabelValues(r)
@@ -184,7 +193,7 @@ func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
 // with the same labels are summed so that a scrape never fails on duplicates.
 func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 	m.acquires.Collect(ch)
-	m.acquireWait.Collect(ch)
+	m.collectAcquireWait(ch)
 	m.connects.Collect(ch)
 	m.connectErrors.Collect(ch)
 	m.destroyed.Collect(ch)
@@ -228,6 +237,31 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
+// collectAcquireWait collects acquireWait with each series' acquires that
+// did not wait merged in as observations of 0.
+func (m *Metrics) collectAcquireWait(ch chan<- prometheus.Metric) {
+	m.mu.Lock()
+	zeros := make(map[labelPair]uint64, len(m.zeroWait))
+	for k, n := range m.zeroWait {
+		zeros[k] = n.Load()
+	}
+	m.mu.Unlock()
+	hs := make(chan prometheus.Metric, 16)
+	go func() {
+		m.acquireWait.Collect(hs)
+		close(hs)
+	}()
+	for h := range hs {
+		var pb dto.Metric
+		if err := h.Write(&pb); err != nil {
+			ch <- prometheus.NewInvalidMetric(h.Desc(), err)
+			continue
+		}
+		k := labelPair{zerohist.LabelValue(&pb, "database"), zerohist.LabelValue(&pb, "user")}
+		ch <- zerohist.WithZeros(h, zeros[k], "database", "user")
+	}
+}
+
 // poolMetrics are one pool's metric children with labels already bound. A
 // nil *poolMetrics records nothing.
 type poolMetrics struct {
@@ -235,6 +269,7 @@ type poolMetrics struct {
 	pool          *Pool
 	acquires      prometheus.Counter
 	acquireWait   prometheus.Observer
+	acquireZeros  *atomic.Uint64 // acquireWait's observations of 0 (Metrics.zeroWait)
 	connects      prometheus.Counter
 	connectErrors prometheus.Counter
 	destroyed     map[string]prometheus.Counter
@@ -266,8 +301,13 @@ func (m *Metrics) forPool(p *Pool) *poolMetrics {
 	for _, r := range destroyReasons {
 		pm.destroyed[r] = m.destroyed.WithLabelValues(db, user, r)
 	}
+	k := labelPair{db, user}
+	if m.zeroWait[k] == nil {
+		m.zeroWait[k] = new(atomic.Uint64)
+	}
+	pm.acquireZeros = m.zeroWait[k]
 	m.open[p] = struct{}{}
-	m.labels[labelPair{db, user}]++
+	m.labels[k]++
 	return pm
 }
 
@@ -288,6 +328,7 @@ func (pm *poolMetrics) detach() {
 		return
 	}
 	delete(m.labels, k)
+	delete(m.zeroWait, k)
 	m.acquires.DeleteLabelValues(db, user)
 	m.acquireWait.DeleteLabelValues(db, user)
 	m.connects.DeleteLabelValues(db, user)
@@ -340,7 +381,7 @@ func (pm *poolMetrics) acquired(start time.Time) {
 	}
 	pm.acquires.Inc()
 	if start.IsZero() { // TryAcquire: no wait
-		pm.acquireWait.Observe(0)
+		pm.acquireZeros.Add(1)
 		return
 	}
 	pm.acquireWait.Observe(time.Since(start).Seconds())

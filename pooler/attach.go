@@ -70,7 +70,7 @@ func (s *session) acquireConn(ctx context.Context, b pipeBatch) (*backend.Conn, 
 	// behind another client's waits for it, however fast that one is
 	// known to be. So a request shares a connection only on a full pool.
 	if conn, err := s.pool.TryAcquire(ctx); err == nil {
-		s.p.m.waitSeconds.Observe(0)
+		s.p.m.waitSeconds.ObserveZero()
 		if b.ok {
 			return conn, lead(conn, s.newRider(b), b.key), nil
 		}
@@ -78,7 +78,7 @@ func (s *session) acquireConn(ctx context.Context, b pipeBatch) (*backend.Conn, 
 	}
 	if b.ok && s.pool.Full() {
 		if rd := lp.Join(s.newRider(b), b.key, s.p.laneLimits()); rd != nil {
-			s.p.m.waitSeconds.Observe(0)
+			s.p.m.waitSeconds.ObserveZero()
 			return rd.Lane().Conn(), rd, nil
 		}
 	}

@@ -5,6 +5,8 @@ import (
 	"fmt"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/pgquic/pgquic/internal/zerohist"
 )
 
 // metrics are the pooler's Prometheus series. They are updated at session and
@@ -18,7 +20,7 @@ type metrics struct {
 	errors       *prometheus.CounterVec
 	prepares     prometheus.Counter
 	cancels      prometheus.Counter
-	waitSeconds  prometheus.Histogram
+	waitSeconds  *zerohist.Histogram // a free connection at once is ObserveZero
 	serverErrors *prometheus.CounterVec
 	pins         *prometheus.CounterVec
 	pinned       prometheus.Gauge
@@ -58,7 +60,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Namespace: "pgquic", Subsystem: "pooler", Name: "cancel_requests_total",
 			Help: "CancelRequest packets received.",
 		}),
-		waitSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
+		waitSeconds: zerohist.New(prometheus.HistogramOpts{
 			Namespace: "pgquic", Subsystem: "pooler", Name: "server_wait_seconds",
 			Help:    "Time clients waited for a server connection.",
 			Buckets: []float64{.0001, .0005, .001, .005, .01, .05, .1, .5, 1, 5, 30},
