@@ -13,6 +13,8 @@ import (
 	"testing"
 
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/pgquic/pgquic/internal/rawsock"
 )
 
 // rawClient is a logged-in connection to the pooler that sends pre-encoded
@@ -203,14 +205,26 @@ func procIO(tb testing.TB) (calls uint64, ok bool) {
 // a read before each message, say) on any run, and one that adds one on
 // most runs: a marked regression, not noise.
 //
+// Peeks (recv with MSG_PEEK, which /proc/self/io leaves out, counted by
+// internal/rawsock): one per request, the liveness look at a pooled
+// connection when it is lent (backend.Conn.alive). The bound, 1.5, fails a
+// second peek on every request.
+//
 // Allocations: 0.008 to 0.010 per request (2026-12-02), background
-// goroutines' spread over the run; under -race, as CI runs it, 0.50 to
-// 0.55, the race runtime's own. The bound, one, is what the race build
-// leaves room for: a request that allocates fails it either way.
+// goroutines' spread over the run, 2 bytes; under -race, as CI runs it,
+// 0.50 to 0.55 and 1.9 to 2.1 KB, the race runtime's own. The bound on
+// the count, one, is what the race build leaves room for: a request that
+// allocates fails it either way; the bound on the bytes, 64 (4 KiB under
+// -race), fails a request that allocates anything of size on a fraction
+// of requests only, such as a buffer grown again every few requests.
 // simple-long, a 200-byte text sent again and again, takes the path that
 // skips the lexer (inspectQuery).
 func TestRequestPathCost(t *testing.T) {
-	const maxAllocs = 1.0
+	const maxAllocs, maxPeeks = 1.0, 1.5
+	maxBytes := 64.0
+	if raceEnabled {
+		maxBytes = 4096
+	}
 	if _, ok := procIO(t); !ok {
 		t.Skip("no /proc/self/io on this system")
 	}
@@ -234,19 +248,28 @@ func TestRequestPathCost(t *testing.T) {
 		var before, after runtime.MemStats
 		runtime.ReadMemStats(&before)
 		calls0, _ := procIO(t)
+		peeks0 := rawsock.Peeks()
 		for range n {
 			c.roundTrip(t, tc.req)
 		}
+		peeks := float64(rawsock.Peeks()-peeks0) / n
 		calls1, _ := procIO(t)
 		runtime.ReadMemStats(&after)
 		calls := float64(calls1-calls0) / n
 		allocs := float64(after.Mallocs-before.Mallocs) / n
-		t.Logf("%s: %.2f read/write system calls and %.3f allocations per request", tc.name, calls, allocs)
+		bytes := float64(after.TotalAlloc-before.TotalAlloc) / n
+		t.Logf("%s: %.2f read/write system calls, %.2f peeks, %.3f allocations (%.1f bytes) per request", tc.name, calls, peeks, allocs, bytes)
 		if calls > tc.maxCalls {
 			t.Errorf("%s: %.2f read/write system calls per request, want at most %.1f", tc.name, calls, tc.maxCalls)
 		}
+		if peeks > maxPeeks {
+			t.Errorf("%s: %.2f peeks (recv MSG_PEEK) per request, want at most %.1f", tc.name, peeks, maxPeeks)
+		}
 		if allocs >= maxAllocs {
 			t.Errorf("%s: %.3f allocations per request, want at most %.2f (none of the pooler's own)", tc.name, allocs, maxAllocs)
+		}
+		if bytes > maxBytes {
+			t.Errorf("%s: %.1f bytes allocated per request, want at most %.0f", tc.name, bytes, maxBytes)
 		}
 	}
 }

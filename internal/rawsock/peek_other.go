@@ -8,6 +8,7 @@ import "syscall"
 // MSG_PEEK|MSG_DONTWAIT into p (not empty). It reports the bytes seen (0 at
 // end of file) or the call's error (EAGAIN when nothing is there).
 func Peek(fd uintptr, p []byte) (int, error) {
+	peeks.Add(1)
 	for {
 		n, _, err := syscall.Recvfrom(int(fd), p, syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
 		if err != syscall.EINTR {

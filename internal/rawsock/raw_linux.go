@@ -34,6 +34,7 @@ func rawWrite(fd uintptr, p []byte) (int, syscall.Errno) {
 // the bytes seen (0 at end of file) or the call's error (EAGAIN when nothing
 // is there).
 func Peek(fd uintptr, p []byte) (int, error) {
+	peeks.Add(1)
 	for {
 		n, _, e := syscall.RawSyscall6(syscall.SYS_RECVFROM, fd, uintptr(unsafe.Pointer(&p[0])), uintptr(len(p)),
 			syscall.MSG_PEEK|syscall.MSG_DONTWAIT, 0, 0)
