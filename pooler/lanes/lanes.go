@@ -49,6 +49,11 @@ type Pool struct {
 	lanes     []*Lane   // lanes with riders
 	waiters   []*Waiter // sessions with a qualifying request waiting for a connection, oldest first
 	exclusive int       // sessions with another request waiting: lanes stop taking riders so connections come free
+
+	// nwait is len(waiters), stored under mu whenever waiters changes,
+	// so that ConnReleased, called at every release, takes no lock when
+	// nobody waits (see there).
+	nwait atomic.Int32
 }
 
 // Lane is the set of requests written on one server connection.
@@ -225,6 +230,7 @@ func (lp *Pool) Wait(rd *Rider, key string, cancel context.CancelCauseFunc) *Wai
 	w := &Waiter{key: key, rd: rd, cancel: cancel}
 	lp.mu.Lock()
 	lp.waiters = append(lp.waiters, w)
+	lp.nwait.Store(int32(len(lp.waiters)))
 	lp.mu.Unlock()
 	return w
 }
@@ -236,6 +242,7 @@ func (lp *Pool) Unwait(w *Waiter) *Rider {
 	for i, x := range lp.waiters {
 		if x == w {
 			lp.waiters = append(lp.waiters[:i], lp.waiters[i+1:]...)
+			lp.nwait.Store(int32(len(lp.waiters)))
 			break
 		}
 	}
@@ -276,8 +283,10 @@ func (lp *Pool) WaitLanes(rd *Rider, key string, front bool) *Waiter {
 		lp.waiters = append(lp.waiters, nil)
 		copy(lp.waiters[1:], lp.waiters)
 		lp.waiters[0] = w
+		lp.nwait.Store(int32(len(lp.waiters)))
 	} else {
 		lp.waiters = append(lp.waiters, w)
+		lp.nwait.Store(int32(len(lp.waiters)))
 	}
 	return w
 }
@@ -289,11 +298,19 @@ func (lp *Pool) WaitLanes(rd *Rider, key string, front bool) *Waiter {
 // When the pool is closing (a configuration reload replaced it), every
 // such session is woken: each goes on to the pool that replaced it.
 func (lp *Pool) ConnReleased() {
+	// With nobody waiting there is nothing to wake. A waiter registering
+	// at the same moment stores nwait under mu before it waits: a release
+	// that loads 0 is one that came before it, which under mu would have
+	// found the queue empty too.
+	if lp.nwait.Load() == 0 {
+		return
+	}
 	lp.mu.Lock()
 	if lp.pool.Closing() {
 		for i := 0; i < len(lp.waiters); {
 			if w := lp.waiters[i]; w.ch != nil {
 				lp.waiters = append(lp.waiters[:i], lp.waiters[i+1:]...)
+				lp.nwait.Store(int32(len(lp.waiters)))
 				w.wake()
 				continue
 			}
@@ -311,6 +328,7 @@ func (lp *Pool) pokeLocked() {
 	for i, w := range lp.waiters {
 		if w.ch != nil {
 			lp.waiters = append(lp.waiters[:i], lp.waiters[i+1:]...)
+			lp.nwait.Store(int32(len(lp.waiters)))
 			w.wake()
 			return
 		}
@@ -328,6 +346,7 @@ func (lp *Pool) fillLocked(l *Lane, lim Limits) {
 			continue
 		}
 		lp.waiters = append(lp.waiters[:i], lp.waiters[i+1:]...)
+		lp.nwait.Store(int32(len(lp.waiters)))
 		l.add(w.rd)
 		w.got = true
 		w.wake()
@@ -394,6 +413,7 @@ func (rd *Rider) LeaveAt(now time.Time, destroy bool, lim Limits) {
 		// request leads the lane now: no trip through the pool.
 		w := lp.waiters[0]
 		lp.waiters = append(lp.waiters[:0], lp.waiters[1:]...)
+		lp.nwait.Store(int32(len(lp.waiters)))
 		nr := w.rd
 		nr.l, nr.turn, nr.joined, nr.since = l, turnNow, false, now.UnixNano()
 		l.riders = append(l.riders, nr)
