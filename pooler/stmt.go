@@ -588,6 +588,11 @@ func (s *session) handleQuery(ctx context.Context) error {
 type plainQuery struct {
 	text []byte
 	info sqlInfo
+	// ints are the spans of text's integer constants (sqllex.IntegerSpans),
+	// looked for (intsRead) the first time a text came that differs from
+	// text in runs of digits only, as a simple-protocol client's do.
+	ints     []sqllex.Span
+	intsRead bool
 }
 
 // maxPlainQuery bounds the text a session keeps for inspectQuery: what a
@@ -603,16 +608,43 @@ const maxPlainQuery = 1024
 // 5 µs for a 200-byte SELECT). Classification is a function of the
 // text alone, so equal bytes mean an equal result; only plain texts are
 // kept, so a text that changes anything is always read again.
+//
+// A text that differs from the kept one only in the values of integer
+// constants ("... WHERE aid = 42" after "... WHERE aid = 7") gets the
+// kept classification too, after a comparison that skips runs of digits
+// which the lexer took for such constants in the kept text: the lexer
+// reads no number's value, and such a text lexes token for token as the
+// kept one (sqllex.SameButIntegers says why), so inspectSQL would return
+// the same. The constants' places are looked for once per kept text, and
+// only when a text differing in digits alone comes.
 func (s *session) inspectQuery(sql []byte) sqlInfo {
 	m := &s.plainQuery
-	if len(m.text) > 0 && bytes.Equal(m.text, sql) {
+	if len(m.text) > 0 && (bytes.Equal(m.text, sql) || m.sameButIntegers(sql)) {
 		return m.info
 	}
 	info := inspectSQL(sql)
 	if info.pipe && info.params == nil && info.resets == nil && len(sql) <= maxPlainQuery {
 		m.text, m.info = append(m.text[:0], sql...), info
+		m.ints, m.intsRead = m.ints[:0], false
 	}
 	return info
+}
+
+// sameButIntegers reports whether sql is m's text with other digits in
+// some of its integer constants. m.text is not empty.
+func (m *plainQuery) sameButIntegers(sql []byte) bool {
+	if len(sql) == 0 {
+		return false
+	}
+	a := unsafe.String(&m.text[0], len(m.text)) // neither is modified meanwhile
+	b := unsafe.String(&sql[0], len(sql))
+	if !m.intsRead {
+		if !sqllex.DifferInDigitsOnly(a, b) {
+			return false
+		}
+		m.ints, m.intsRead = sqllex.IntegerSpans(a, m.ints[:0]), true
+	}
+	return len(m.ints) > 0 && sqllex.SameButIntegers(a, b, m.ints)
 }
 
 // addClientStmt records a client's named statement. s.mu must be held.
