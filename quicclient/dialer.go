@@ -243,6 +243,7 @@ func NewDialer(cfg DialerConfig, logger *slog.Logger) (*Dialer, error) {
 			MaxIdleTimeout:        cfg.IdleTimeout,
 			MaxIncomingStreams:    -1, // the server never opens streams
 			MaxIncomingUniStreams: -1,
+			Tracer:                quicwire.QlogTracer(),
 		},
 		slots:   make([]*clientConn, cfg.Conns),
 		dialing: make([]chan struct{}, cfg.Conns),
