@@ -176,6 +176,7 @@ type Dialer struct {
 	localWG   sync.WaitGroup // local sessions' goroutines
 
 	retired []retiredSocket // sockets Migrate moved away from; guarded by mu
+	moves   moveCounters    // FollowRoute's moves
 }
 
 // clientConn is one QUIC connection and its count of open streams.
