@@ -14,6 +14,7 @@ import (
 	"github.com/pgquic/pgquic/internal/pgtest"
 	"github.com/pgquic/pgquic/internal/quictest"
 	"github.com/pgquic/pgquic/internal/udplb"
+	"github.com/pgquic/pgquic/loadgen/wan"
 	"github.com/pgquic/pgquic/quicclient"
 )
 
@@ -40,6 +41,24 @@ func TestReplicaMigration(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts PostgreSQL and two pooler processes")
 	}
+	replicaMigration(t, 0)
+}
+
+// TestReplicaMigrationWAN is TestReplicaMigration with the clients 150 ms
+// away: the Dialers reach the balancer through the WAN emulator's relay
+// mode (a user-space UDP relay delaying each datagram by half the round
+// trip each way, one flow per client address, so a Dialer's move to
+// 127.0.0.2 reaches the balancer, and so the replica, from a new address).
+func TestReplicaMigrationWAN(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts PostgreSQL and two pooler processes")
+	}
+	replicaMigration(t, 150*time.Millisecond)
+}
+
+// replicaMigration runs the replica migration test with the clients rtt
+// away from the balancer (0: on loopback, directly).
+func replicaMigration(t *testing.T, rtt time.Duration) {
 	cluster := pgtest.New(t, pgtest.Options{})
 	cert, key, tickets, reset := writeSharedKeys(t)
 	replica := func(id int) *runningServe {
@@ -54,6 +73,18 @@ func TestReplicaMigration(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = lb.Close() }) // after the Dialers' cleanup
+	front := lb.Addr().String()
+	if rtt > 0 {
+		relay, err := wan.New(wan.Config{Listen: "127.0.0.1:0", Upstream: front, RTT: rtt}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := relay.Start(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = relay.Close() })
+		front = relay.Addr()
+	}
 
 	// At least 6 Dialers of 3 sessions, more until both replicas carry
 	// some: each connection's first Initial goes by a hash of its random
@@ -71,7 +102,7 @@ func TestReplicaMigration(t *testing.T) {
 	var ds []*quicclient.Dialer
 	var conns []*pgconn.PgConn
 	for len(ds) < minDialers || (len(ds) < maxDialers && slices.Contains(sessions(), 0)) {
-		d, pc := dialerThrough(t, lb, cert, cluster, 1, migrationKeepAlive)
+		d, pc := dialerThrough(t, front, cert, cluster, 1, migrationKeepAlive)
 		ds = append(ds, d)
 		for range sessionsPer {
 			c, err := pgconn.ConnectConfig(ctx, pc)
@@ -89,12 +120,14 @@ func TestReplicaMigration(t *testing.T) {
 
 	load := quictest.StartSteadyLoad(ctx, conns, 20*time.Millisecond)
 	defer load.Stop()
-	load.AwaitQueries(t, 100)
+	perQuery := 20*time.Millisecond + rtt // a session's pace
+	queriesIn := func(d time.Duration) int { return int(d/perQuery) * len(conns) }
+	load.AwaitQueries(t, queriesIn(time.Second))
 	rebindAt := time.Now()
 	if n, err := lb.Rebind(); err != nil || n == 0 {
 		t.Fatalf("rebind: %d flows, %v", n, err)
 	}
-	load.AwaitQueries(t, 300)
+	load.AwaitQueries(t, queriesIn(time.Second/3))
 	awaitPast(rebindAt.Add(2 * time.Second)) // the blip's queries all finished
 	moveAt := time.Now()
 	for _, d := range ds {
@@ -102,7 +135,8 @@ func TestReplicaMigration(t *testing.T) {
 			t.Fatalf("migrate: %v", err)
 		}
 	}
-	load.AwaitQueries(t, 300)
+	load.AwaitQueries(t, queriesIn(time.Second))
+	awaitPast(moveAt.Add(time.Second + rtt))
 	load.Stop()
 
 	queries, errs := load.Queries()
