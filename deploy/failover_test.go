@@ -93,7 +93,7 @@ func TestReplicaFailover(t *testing.T) {
 	var workers []*worker
 	var ds []*quicclient.Dialer
 	for i := range dialers {
-		d, pc := dialerThrough(t, lb, cert, cluster, 2)
+		d, pc := dialerThrough(t, lb.Addr().String(), cert, cluster, 2, 0)
 		ds = append(ds, d)
 		for range workersPer {
 			w := &worker{dialer: i}
@@ -160,12 +160,13 @@ func TestReplicaFailover(t *testing.T) {
 	}
 }
 
-// dialerThrough returns a Dialer with conns connections to the replicas
-// behind lb (closed when the test ends) and a pgconn configuration for
-// cluster's superuser that dials through it.
-func dialerThrough(t *testing.T, lb *udplb.LB, cert string, cluster *pgtest.Cluster, conns int) (*quicclient.Dialer, *pgconn.Config) {
+// dialerThrough returns a Dialer (closed when the test ends) with conns
+// connections to the replicas behind addr (the balancer, or a relay in
+// front of it) and a pgconn configuration for cluster's superuser that
+// dials through it.
+func dialerThrough(t *testing.T, addr, cert string, cluster *pgtest.Cluster, conns int, keepAlive time.Duration) (*quicclient.Dialer, *pgconn.Config) {
 	t.Helper()
-	d, err := quicclient.NewDialer(quicclient.DialerConfig{Addr: lb.Addr().String(), CAFile: cert, Conns: conns}, nil)
+	d, err := quicclient.NewDialer(quicclient.DialerConfig{Addr: addr, CAFile: cert, Conns: conns, KeepAlivePeriod: keepAlive}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

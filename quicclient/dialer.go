@@ -176,6 +176,7 @@ type Dialer struct {
 	localWG   sync.WaitGroup // local sessions' goroutines
 
 	retired []retiredSocket // sockets Migrate moved away from; guarded by mu
+	moves   moveCounters    // FollowRoute's moves
 }
 
 // clientConn is one QUIC connection and its count of open streams.
@@ -243,6 +244,7 @@ func NewDialer(cfg DialerConfig, logger *slog.Logger) (*Dialer, error) {
 			MaxIdleTimeout:        cfg.IdleTimeout,
 			MaxIncomingStreams:    -1, // the server never opens streams
 			MaxIncomingUniStreams: -1,
+			Tracer:                quicwire.QlogTracer(),
 		},
 		slots:   make([]*clientConn, cfg.Conns),
 		dialing: make([]chan struct{}, cfg.Conns),

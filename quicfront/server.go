@@ -357,6 +357,7 @@ func NewServer(cfg ServerConfig, h front.Handler, logger *slog.Logger, reg prome
 		MaxIdleTimeout:        cfg.IdleTimeout,
 		Allow0RTT:             cfg.Allow0RTT,
 		EnableDatagrams:       false,
+		Tracer:                quicwire.QlogTracer(),
 	}
 	return s, nil
 }

@@ -54,6 +54,8 @@ type edgeConfig struct {
 	localStartup         bool
 	procs                int
 	sessionCache         string
+	keepAlive            time.Duration
+	followRoute          time.Duration
 }
 
 // runEdge is the edge subcommand.
@@ -103,6 +105,8 @@ func parseEdgeFlags(args []string, stdout, stderr io.Writer) (edgeConfig, error)
 	fs.StringVar(&ec.authFile, "auth-file", "", "PgBouncer-format userlist `file` for --local-auth md5 or scram-sha-256")
 	fs.BoolVar(&ec.localStartup, "local-startup", false, "answer a session's startup at the edge and send it with the first request in one flight (needs --local-auth)")
 	fs.StringVar(&ec.sessionCache, "session-cache", "", "keep TLS session tickets in `FILE` (mode 0600) so a restarted edge resumes its TLS sessions; whoever reads the file can resume as this edge until the tickets expire or the pooler rotates its ticket keys; default: none")
+	fs.DurationVar(&ec.keepAlive, "keep-alive", quicclient.DefaultKeepAlivePeriod, "send a keep-alive on a QUIC connection quiet for this `duration`; it also bounds how long a connection stalls after a NAT rebinding while its sessions wait for answers (the pooler learns the new address only from the edge's next packet); negative disables")
+	fs.DurationVar(&ec.followRoute, "follow-route", 0, "every `period`, ask the kernel which source address reaches the pooler and, when it changed, move the QUIC connections there with a validated migration (PATH_CHALLENGE first); 0 (the default) binds any address and lets the kernel switch the source, which the pooler sees as a NAT rebinding")
 	fs.StringVar(&ec.metricsListen, "metrics-listen", "", "`address` of a Prometheus /metrics endpoint; empty disables it")
 	fs.DurationVar(&ec.grace, "shutdown-grace", 10*time.Second, "how long shutdown waits for local clients to disconnect")
 	fs.IntVar(&ec.procs, "procs", 0, "OS threads running Go code (GOMAXPROCS); 0 means half the CPUs, at least 1")
@@ -209,6 +213,7 @@ func runEdgeWith(ctx context.Context, ec edgeConfig, logger *slog.Logger) error 
 		Insecure:          ec.insecure,
 		MaxStreamsPerConn: ec.streams,
 		SessionCacheFile:  ec.sessionCache,
+		KeepAlivePeriod:   ec.keepAlive,
 	}, logger.With("component", "dialer"))
 	if err != nil {
 		return err
@@ -217,6 +222,9 @@ func runEdgeWith(ctx context.Context, ec edgeConfig, logger *slog.Logger) error 
 	var promReg prometheus.Registerer
 	if reg != nil {
 		promReg = reg
+		if ec.followRoute > 0 {
+			registerMoveMetrics(reg, dialer)
+		}
 	}
 	sidecar, err := edge.New(edge.Config{Listen: ec.listen, Dialer: dialer,
 		LocalAuth: localAuth, LocalStartup: ec.localStartup}, logger.With("component", "edge"), promReg)
@@ -256,6 +264,9 @@ func runEdgeWith(ctx context.Context, ec edgeConfig, logger *slog.Logger) error 
 	if metrics != nil {
 		wg.Go(func() { errc <- metrics.Serve() })
 	}
+	if ec.followRoute > 0 {
+		wg.Go(func() { dialer.FollowRoute(serveCtx, ec.followRoute) })
+	}
 	var failure error
 	select {
 	case <-ctx.Done():
@@ -291,4 +302,19 @@ func loopbackAddr(addr string) bool {
 	}
 	ip := net.ParseIP(host)
 	return ip != nil && ip.IsLoopback()
+}
+
+// registerMoveMetrics exposes the moves --follow-route made.
+func registerMoveMetrics(reg prometheus.Registerer, d *quicclient.Dialer) {
+	reg.MustRegister(
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: "pgquic", Subsystem: "edge", Name: "moves_total",
+			Help: "Validated moves of the QUIC connections to a new source address (--follow-route)."},
+			func() float64 { return float64(d.MoveStats().Moves) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: "pgquic", Subsystem: "edge", Name: "move_failures_total",
+			Help: "Moves (--follow-route) at least one QUIC connection could not make."},
+			func() float64 { return float64(d.MoveStats().Failures) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "pgquic", Subsystem: "edge", Name: "last_move_seconds",
+			Help: "How long the last move (--follow-route) took, until every connection switched or failed to."},
+			func() float64 { return d.MoveStats().LastDuration.Seconds() }),
+	)
 }

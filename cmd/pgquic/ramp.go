@@ -111,7 +111,7 @@ type rampConfig struct {
 	poisson  bool
 	// migrateAt are the times into each QUIC run at which its connections
 	// move to a new local address (--migrate-at).
-	migrateAt durationList
+	migrateAt migrateList
 
 	tcpConns, quicConns, streams int
 	// churn is --session-per-query: a new session for every query.
@@ -276,7 +276,7 @@ func parseRampFlags(args []string, stdout, stderr io.Writer) (*rampConfig, error
 	fs.Var(qpsFlag{&rc.from}, "from", "offered `rate` at the start of the ramp, q/s")
 	fs.Var(qpsFlag{&rc.to}, "to", "offered `rate` at the end of the ramp, q/s")
 	fs.Var(durationFlag{&rc.duration}, "duration", "length of the ramp")
-	fs.Var(&rc.migrateAt, "migrate-at", "comma-separated `times` into each QUIC run (e.g. 10s,20s) at which the clients' QUIC connections move to a new local UDP port (probed, then switched; the sessions go on): the report lists each move and the latency around it")
+	fs.Var(&rc.migrateAt, "migrate-at", "comma-separated `times` into each QUIC run (e.g. 10s,20s:rebind) at which the clients' addresses change: T or T:move moves their QUIC connections to a new local UDP port (probed, then switched), T:rebind has a NAT in front of the pooler give every flow a new port; the sessions go on, and the report lists each change and the latency around it")
 	fs.BoolVar(&rc.poisson, "poisson", false, "Poisson arrivals along the ramp instead of evenly spaced ones")
 	fs.IntVar(&rc.tcpConns, "tcp-conns", defaultRampTCPConns, "TCP connections (one session each)")
 	fs.IntVar(&rc.quicConns, "quic-conns", defaultRampQUICConns, "QUIC connections")

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -9,44 +10,80 @@ import (
 	"sync"
 	"time"
 
+	"github.com/pgquic/pgquic/internal/udplb"
 	"github.com/pgquic/pgquic/loadgen"
 	"github.com/pgquic/pgquic/loadgen/report"
 )
 
-// durationList is a comma-separated list of durations, as --migrate-at
-// takes it.
-type durationList []time.Duration
+// The kinds of address change --migrate-at makes.
+const (
+	// migrateMove is a deliberate move: Dialer.Migrate to a new local
+	// port, validated before the connections switch.
+	migrateMove = "move"
+	// migrateRebind is a NAT rebinding: a NAT between the emulator and
+	// the pooler gives every flow a new source port; the clients know
+	// nothing of it.
+	migrateRebind = "rebind"
+)
+
+// migrateEvent is one --migrate-at entry.
+type migrateEvent struct {
+	at   time.Duration
+	kind string
+}
+
+// migrateList is a comma-separated list of T or T:KIND (KIND move, the
+// default, or rebind), as --migrate-at takes it.
+type migrateList []migrateEvent
 
 // String returns the list as the flag spells it.
-func (l *durationList) String() string {
+func (l *migrateList) String() string {
 	var parts []string
-	for _, d := range *l {
-		parts = append(parts, d.String())
+	for _, e := range *l {
+		p := e.at.String()
+		if e.kind != migrateMove {
+			p += ":" + e.kind
+		}
+		parts = append(parts, p)
 	}
 	return strings.Join(parts, ",")
 }
 
-// Set parses a comma-separated list of durations, in increasing order.
-func (l *durationList) Set(v string) error {
-	var out durationList
+// Set parses the list; the times must increase.
+func (l *migrateList) Set(v string) error {
+	var out migrateList
 	for _, p := range strings.Split(v, ",") {
-		d, err := time.ParseDuration(strings.TrimSpace(p))
+		at, kind, _ := strings.Cut(strings.TrimSpace(p), ":")
+		d, err := time.ParseDuration(at)
 		if err != nil {
 			return err
 		}
-		out = append(out, d)
+		switch kind {
+		case "", migrateMove:
+			kind = migrateMove
+		case migrateRebind:
+		default:
+			return fmt.Errorf("%q: the kind of change is move or rebind", p)
+		}
+		out = append(out, migrateEvent{d, kind})
 	}
-	if !slices.IsSorted(out) {
+	if !slices.IsSortedFunc(out, func(a, b migrateEvent) int { return cmp.Compare(a.at, b.at) }) {
 		return fmt.Errorf("%q: give the times in increasing order", v)
 	}
 	*l = out
 	return nil
 }
 
+// rebinds reports whether the list has a rebinding, which puts a NAT in
+// front of the pooler.
+func (l migrateList) rebinds() bool {
+	return slices.ContainsFunc(l, func(e migrateEvent) bool { return e.kind == migrateRebind })
+}
+
 // validateMigrateAt checks --migrate-at against the run's duration.
 func (rc *rampConfig) validateMigrateAt(bad func(string, ...any)) {
-	for _, d := range rc.migrateAt {
-		if d <= 0 || (rc.duration > 0 && d >= rc.duration) {
+	for _, e := range rc.migrateAt {
+		if d := e.at; d <= 0 || (rc.duration > 0 && d >= rc.duration) {
 			bad("--migrate-at %v: each time must be inside the run (0 < t < --duration %v)", d, rc.duration)
 		}
 	}
@@ -66,8 +103,9 @@ type migrator struct {
 }
 
 // startMigrator starts the timers; it returns nil when there is nothing to
-// move (TCP, or no --migrate-at).
-func startMigrator(ctx context.Context, at []time.Duration, tr loadgen.Transport, clients *loadgen.Clients, out io.Writer, label string) *migrator {
+// move (TCP, or no --migrate-at). nat is the NAT in front of the pooler for
+// the rebindings (nil when the list has none).
+func startMigrator(ctx context.Context, at migrateList, tr loadgen.Transport, clients *loadgen.Clients, nat *udplb.LB, out io.Writer, label string) *migrator {
 	if len(at) == 0 || tr != loadgen.QUIC {
 		return nil
 	}
@@ -76,8 +114,8 @@ func startMigrator(ctx context.Context, at []time.Duration, tr loadgen.Transport
 	m.wg.Add(1)
 	go func() {
 		defer m.wg.Done()
-		for _, d := range at {
-			t := time.NewTimer(time.Until(m.start.Add(d)))
+		for _, e := range at {
+			t := time.NewTimer(time.Until(m.start.Add(e.at)))
 			select {
 			case <-ctx.Done():
 				t.Stop()
@@ -85,13 +123,20 @@ func startMigrator(ctx context.Context, at []time.Duration, tr loadgen.Transport
 			case <-t.C:
 			}
 			began := time.Now()
-			err := clients.Migrate(ctx)
-			ev := report.Migration{AtS: began.Sub(m.start).Seconds(), TookMs: msOf(time.Since(began))}
-			note := "every connection moved"
-			if err != nil {
-				ev.Error, note = err.Error(), "not every connection moved: "+err.Error()
+			what, note := "moved the QUIC connections to a new local address", "every connection moved"
+			var err error
+			if e.kind == migrateRebind {
+				var n int
+				n, err = nat.Rebind()
+				what, note = "the NAT rebound every flow", fmt.Sprintf("%d flows now reach the pooler from new ports", n)
+			} else {
+				err = clients.Migrate(ctx)
 			}
-			fmt.Fprintf(out, "%s: %.1fs  moved the QUIC connections to a new local address in %.1f ms; %s\n", label, ev.AtS, ev.TookMs, note)
+			ev := report.Migration{AtS: began.Sub(m.start).Seconds(), TookMs: msOf(time.Since(began)), Kind: e.kind}
+			if err != nil {
+				ev.Error, note = err.Error(), "failed: "+err.Error()
+			}
+			fmt.Fprintf(out, "%s: %.1fs  %s in %.1f ms; %s\n", label, ev.AtS, what, ev.TookMs, note)
 			m.mu.Lock()
 			m.events = append(m.events, ev)
 			m.mu.Unlock()
@@ -119,10 +164,14 @@ func (m *migrator) finish(seconds []report.Second) []report.Migration {
 
 // migrationNote is the summary's line about one move.
 func migrationNote(label string, m report.Migration, p50 float64) string {
-	s := fmt.Sprintf("%s: moved to a new local address at %.1fs (%.1f ms); worst latency that second and the next %.1f ms (run p50 %.1f ms)",
-		label, m.AtS, m.TookMs, m.MaxMsAround, p50)
+	what := "moved to a new local address"
+	if m.Kind == migrateRebind {
+		what = "NAT rebinding"
+	}
+	s := fmt.Sprintf("%s: %s at %.1fs (%.1f ms); worst latency that second and the next %.1f ms (run p50 %.1f ms)",
+		label, what, m.AtS, m.TookMs, m.MaxMsAround, p50)
 	if m.Error != "" {
-		s += "; not every connection moved: " + m.Error
+		s += "; failed: " + m.Error
 	}
 	return s
 }

@@ -22,6 +22,7 @@ func TestRampMigrateFlags(t *testing.T) {
 		{[]string{"--duration", "10s", "--migrate-at", "5s,10s"}, "each time must be inside the run"},
 		{[]string{"--migrate-at", "2s,1s"}, "increasing order"},
 		{[]string{"--migrate-at", "soon"}, "invalid"},
+		{[]string{"--migrate-at", "1s:teleport"}, "move or rebind"},
 		{[]string{"--tcp-target", "127.0.0.1:1", "--tcp-tls=false", "--migrate-at", "1s"}, "no QUIC run"},
 	} {
 		var stdout, stderr lockedBuffer
@@ -31,16 +32,17 @@ func TestRampMigrateFlags(t *testing.T) {
 		}
 	}
 	var stdout, stderr lockedBuffer
-	rc, err := parseRampFlags([]string{"--duration", "30s", "--migrate-at", "10s, 20s"}, &stdout, &stderr)
-	if err != nil || len(rc.migrateAt) != 2 || rc.migrateAt.String() != "10s,20s" {
-		t.Fatalf("--migrate-at 10s,20s: %v %v", rc, err)
+	rc, err := parseRampFlags([]string{"--duration", "30s", "--migrate-at", "10s, 20s:rebind,25s:move"}, &stdout, &stderr)
+	if err != nil || len(rc.migrateAt) != 3 || rc.migrateAt.String() != "10s,20s:rebind,25s" || !rc.migrateAt.rebinds() {
+		t.Fatalf("--migrate-at 10s,20s:rebind,25s:move: %v %v", rc, err)
 	}
 }
 
-// TestRampMigrate: a constant-rate run whose QUIC connections move to a
-// new local address twice: no query fails, no session reconnects, and the
-// report lists both moves with the latency around them; the TCP run has
-// none.
+// TestRampMigrate: a constant-rate run whose QUIC clients' addresses
+// change twice, a NAT rebinding (a NAT in front of the pooler gives every
+// flow a new port) and a deliberate move to a new local address: no query
+// fails, no session reconnects, and the report lists both changes with the
+// latency around them; the TCP run has none.
 func TestRampMigrate(t *testing.T) {
 	if _, err := pgtest.Binaries(); err != nil {
 		if os.Getenv("CI") == "true" {
@@ -53,7 +55,7 @@ func TestRampMigrate(t *testing.T) {
 	jsonFile := filepath.Join(t.TempDir(), "ramp.json")
 	var stdout, stderr lockedBuffer
 	code := runRampTest(ctx, t, []string{"--rtt", "20ms", "--from", "60", "--to", "60", "--duration", "4s",
-		"--migrate-at", "1s,2500ms", "--tcp-conns", "4", "--quic-conns", "2", "--streams", "4",
+		"--migrate-at", "1s:rebind,2500ms", "--tcp-conns", "4", "--quic-conns", "2", "--streams", "4",
 		"--calibrate", "0", "--out", "", "--json", jsonFile}, &stdout, &stderr)
 	if code != 0 {
 		t.Fatalf("exit code %d\nstdout:\n%s\nstderr:\n%s", code, stdout.String(), stderr.String())
@@ -76,13 +78,16 @@ func TestRampMigrate(t *testing.T) {
 				t.Fatalf("quic: migrations %+v, want 2", r.Migrations)
 			}
 			for i, m := range r.Migrations {
-				if m.Error != "" || m.TookMs < 20 || m.MaxMsAround < 20 || m.AtS < []float64{1, 2.5}[i] {
+				// A move takes a round trip, a rebinding none.
+				if m.Error != "" || m.Kind != []string{"rebind", "move"}[i] || (m.Kind == "move" && m.TookMs < 20) ||
+					m.MaxMsAround < 20 || m.AtS < []float64{1, 2.5}[i] {
 					t.Errorf("quic: move %d %+v", i, m)
 				}
 			}
 		}
 	}
-	for _, want := range []string{"moved the QUIC connections to a new local address", "note: quic: moved to a new local address at 1.0s"} {
+	for _, want := range []string{"the NAT rebound every flow", "moved the QUIC connections to a new local address",
+		"note: quic: NAT rebinding at 1.0s", "note: quic: moved to a new local address at 2.5s"} {
 		if !strings.Contains(stdout.String(), want) {
 			t.Errorf("stdout lacks %q:\n%s", want, stdout.String())
 		}

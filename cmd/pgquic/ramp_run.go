@@ -17,6 +17,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/pgquic/pgquic/config"
+	"github.com/pgquic/pgquic/internal/udplb"
 	"github.com/pgquic/pgquic/loadgen"
 	"github.com/pgquic/pgquic/loadgen/model"
 	"github.com/pgquic/pgquic/loadgen/report"
@@ -547,7 +548,17 @@ func (rs *rampSession) runTransport(ctx context.Context, rr rampRun) (*rampResul
 	}
 	// The emulator outlives ctx: the run must stop counting before the
 	// path goes away, or its in-flight queries would turn into errors.
-	emu, err := wan.StartProcess(context.WithoutCancel(ctx), pc, rc.wanConfig(cc.Addr))
+	upstream := cc.Addr
+	var nat *udplb.LB // stands for a NAT between the path and the pooler (--migrate-at T:rebind)
+	if tr == loadgen.QUIC && rc.migrateAt.rebinds() {
+		var err error
+		if nat, err = udplb.New("127.0.0.1:0", []string{cc.Addr}, nil); err != nil {
+			return nil, fmt.Errorf("%s: start the NAT for --migrate-at rebindings: %w", label, err)
+		}
+		defer nat.Close()
+		upstream = nat.Addr().String()
+	}
+	emu, err := wan.StartProcess(context.WithoutCancel(ctx), pc, rc.wanConfig(upstream))
 	if err != nil {
 		return nil, fmt.Errorf("%s: start the WAN emulator: %w", label, err)
 	}
@@ -591,7 +602,7 @@ func (rs *rampSession) runTransport(ctx context.Context, rr rampRun) (*rampResul
 	// the run's, not the connection set-up's.
 	emuStart, snapErr := emu.Snapshot(5 * time.Second)
 	sampler := startCPUSampler(emu, clients)
-	moves := startMigrator(ctx, rc.migrateAt, tr, clients, rs.out, label)
+	moves := startMigrator(ctx, rc.migrateAt, tr, clients, nat, rs.out, label)
 	res, err := loadgen.Run(ctx, loadgen.RunConfig{
 		Schedule: rc.schedule(),
 		Grace:    time.Second + 2*rc.rtt,

@@ -254,6 +254,10 @@ type Run struct {
 type Migration struct {
 	// AtS is when it started, in seconds since the run began.
 	AtS float64 `json:"at_s"`
+	// Kind is "move" (the clients moved, Dialer.Migrate) or "rebind" (a
+	// NAT in front of the pooler gave every flow a new port); empty in
+	// reports written before there were kinds.
+	Kind string `json:"kind,omitempty"`
 	// TookMs is how long probing and switching every connection took.
 	TookMs float64 `json:"took_ms"`
 	// Error says why a connection could not move ("" when all did); it
