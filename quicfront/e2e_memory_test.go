@@ -115,7 +115,14 @@ func startServe(t *testing.T, bin string, cluster *pgtest.Cluster, flags ...stri
 	if fp == "" {
 		t.Fatalf("no ready line with a QUIC fingerprint from pgquic serve")
 	}
-	go func() { _, _ = io.Copy(io.Discard, stderr) }()
+	go func() { // the gcsignal build's memory figures, for -v runs
+		for sc.Scan() {
+			if strings.HasPrefix(sc.Text(), "pgquic memstats") {
+				fmt.Fprintln(os.Stderr, sc.Text())
+			}
+		}
+		_, _ = io.Copy(io.Discard, stderr)
+	}()
 	return &serveProc{pid: cmd.Process.Pid, tcpAddr: tcpAddr, quicAddr: quicAddr, fp: fp}
 }
 
