@@ -438,16 +438,20 @@ func (s *session) login(ctx context.Context, sp *startupParams, authenticated fu
 		}
 	}
 
-	msgs := s.greeting(defaults)
-	msgs = append(msgs,
-		&pgproto3.BackendKeyData{ProcessID: s.pid, SecretKey: s.secret[:]},
-		&pgproto3.ReadyForQuery{TxStatus: 'I'})
+	buf := s.appendGreeting(s.scratch[:0], defaults)
+	bkd := pgproto3.BackendKeyData{ProcessID: s.pid, SecretKey: s.secret[:]}
+	buf, err = bkd.Encode(buf)
+	if err != nil {
+		return fmt.Errorf("encoding BackendKeyData: %w", err)
+	}
+	buf = append(buf, 'Z', 0, 0, 0, 5, 'I')
 	s.loggedIn = true
 	s.authed.Store(true)
 	s.appName = sp.params["application_name"]
 	s.ctr.Logins.Add(1)
 	s.listed.Store(true)
-	return s.send(msgs...)
+	s.scratch = buf[:0]
+	return s.writeRaw(buf)
 }
 
 // authenticationOk is the AuthenticationOk message.

@@ -17,6 +17,7 @@ package main
 // without the tag and do not catch SIGUSR1.
 
 import (
+	"fmt"
 	"os"
 	"os/signal"
 	"runtime"
@@ -29,10 +30,21 @@ func init() {
 	signal.Notify(ch, syscall.SIGUSR1)
 	go func() {
 		for range ch {
+			reportMemStats("before")
 			for range 3 {
 				runtime.GC()
 			}
 			debug.FreeOSMemory()
+			reportMemStats("after")
 		}
 	}()
+}
+
+// reportMemStats writes the runtime's memory figures to stderr, so that the test
+// can say which part of the process's RSS the collections gave back.
+func reportMemStats(when string) {
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	fmt.Fprintf(os.Stderr, "pgquic memstats %s collections: stack_inuse=%d heap_inuse=%d heap_alloc=%d heap_idle=%d heap_released=%d goroutines=%d num_gc=%d\n",
+		when, ms.StackInuse, ms.HeapInuse, ms.HeapAlloc, ms.HeapIdle, ms.HeapReleased, runtime.NumGoroutine(), ms.NumGC)
 }
