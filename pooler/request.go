@@ -103,6 +103,11 @@ func (s *session) loop(ctx context.Context) error {
 
 // handle processes one client message whose header has just been read.
 func (s *session) handle(ctx context.Context, typ byte) error {
+	if s.peer.HandshakeConfirmed != nil { // 0-RTT data: wait until it cannot be a replay (zerortt.go)
+		if err := s.awaitConfirmed(ctx); err != nil {
+			return err
+		}
+	}
 	if s.skipping && typ != 'S' {
 		return s.cr.Skip()
 	}

@@ -184,6 +184,11 @@ func (s *session) run(ctx context.Context) error {
 	}
 	s.scratch = nil // it held the greeting; an idle session need not keep it
 	if s.console != nil {
+		if s.peer.HandshakeConfirmed != nil { // no admin command on replayable data
+			if err := s.awaitConfirmed(ctx); err != nil {
+				return err
+			}
+		}
 		return s.serveConsole(ctx)
 	}
 	return s.loop(ctx)
