@@ -112,6 +112,13 @@ func (s *server) Reload(ctx context.Context, next *config.Config) (applied, rest
 			restart = append(restart, k)
 		}
 	}
+	if s.quic != nil && next.AnyZeroRTT() != s.cfg.AnyZeroRTT() && !slices.Contains(restart, "zero_rtt") {
+		// The QUIC front's listener accepts 0-RTT or not from its start
+		// (a databases: entry's zero_rtt changed it). Requests wait for
+		// the handshake's confirmation whatever zero_rtt says, so turning
+		// it off is safe until the restart; turning it on takes one.
+		restart = append(restart, "zero_rtt")
+	}
 	if (next.TLSCert == "") != (prev.TLSCert == "") {
 		return nil, nil, fmt.Errorf("%w: tls_cert: turning TLS on or off needs a restart", ErrReloadRejected)
 	}

@@ -190,6 +190,7 @@ func startServer(ctx context.Context, cfg *config.Config, logger *slog.Logger) (
 			MaxStreamsPerConn:  cfg.QUICMaxStreams,
 			StatelessResetKey:  resetKey,
 			ServerID:           cfg.QUICServerID,
+			Allow0RTT:          cfg.AnyZeroRTT(),
 		}, s.pooler, logger.With("component", "quic"), s.reg)
 		if err != nil {
 			return nil, err
