@@ -100,6 +100,7 @@ type session struct {
 	att        *attachment
 	draining   bool
 	pinned     bool               // transaction mode: the client keeps its server connection (pin.held != 0)
+	early      *earlyRun          // a 0-RTT request run read-only, or to run once confirmed (zerortt.go); owner only
 	pin        pinState           // why (pin.go)
 	restore    map[string]string  // startup values a client's RESET took away, to set again (see followLocked)
 	snapshot   bool               // the client changed parameters: read them back (see followLocked)
