@@ -219,7 +219,9 @@ func TestZeroRTTReadOnly(t *testing.T) {
 	if _, err := direct.Exec(ctx, "DROP SEQUENCE IF EXISTS s0rtt; CREATE SEQUENCE s0rtt"); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _, _ = direct.Exec(context.Background(), "DROP SEQUENCE IF EXISTS s0rtt; DROP TABLE IF EXISTS c0rtt") })
+	t.Cleanup(func() {
+		_, _ = direct.Exec(context.Background(), "DROP SEQUENCE IF EXISTS s0rtt; DROP TABLE IF EXISTS c0rtt")
+	})
 	conn, err := pgx.Connect(ctx, f.url())
 	if err != nil {
 		t.Fatal(err)
