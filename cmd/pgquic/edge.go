@@ -54,6 +54,7 @@ type edgeConfig struct {
 	localStartup         bool
 	procs                int
 	sessionCache         string
+	zeroRTT              bool
 }
 
 // runEdge is the edge subcommand.
@@ -102,6 +103,7 @@ func parseEdgeFlags(args []string, stdout, stderr io.Writer) (edgeConfig, error)
 	fs.StringVar(&ec.localAuth, "local-auth", "", "authenticate local clients at the edge: `method` trust (loopback listener only), md5 or scram-sha-256; default: the pooler authenticates")
 	fs.StringVar(&ec.authFile, "auth-file", "", "PgBouncer-format userlist `file` for --local-auth md5 or scram-sha-256")
 	fs.BoolVar(&ec.localStartup, "local-startup", false, "answer a session's startup at the edge and send it with the first request in one flight (needs --local-auth)")
+	fs.BoolVar(&ec.zeroRTT, "zero-rtt", false, "with a ticket from --session-cache, send each new connection's first sessions (the startup and, with --local-startup, the first request) in 0-RTT; a pooler whose database has zero_rtt: read-only runs a plain read before the handshake completes, anything else once it has; whoever captures the first flight can replay it. Default off")
 	fs.StringVar(&ec.sessionCache, "session-cache", "", "keep TLS session tickets in `FILE` (mode 0600) so a restarted edge resumes its TLS sessions; whoever reads the file can resume as this edge until the tickets expire or the pooler rotates its ticket keys; default: none")
 	fs.StringVar(&ec.metricsListen, "metrics-listen", "", "`address` of a Prometheus /metrics endpoint; empty disables it")
 	fs.DurationVar(&ec.grace, "shutdown-grace", 10*time.Second, "how long shutdown waits for local clients to disconnect")
@@ -209,6 +211,7 @@ func runEdgeWith(ctx context.Context, ec edgeConfig, logger *slog.Logger) error 
 		Insecure:          ec.insecure,
 		MaxStreamsPerConn: ec.streams,
 		SessionCacheFile:  ec.sessionCache,
+		ZeroRTT:           ec.zeroRTT,
 	}, logger.With("component", "dialer"))
 	if err != nil {
 		return err
