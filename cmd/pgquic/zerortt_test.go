@@ -70,7 +70,9 @@ func TestZeroRTTServe(t *testing.T) {
 	}
 	session("SELECT 1") // no ticket, no greeting yet
 	session("SELECT 1") // the greeting, a ticket
-	accepted := func() float64 { return sum(scrape(t, srv), "pgquic_pooler_zero_rtt_requests_total", `outcome="accepted"`) }
+	accepted := func() float64 {
+		return sum(scrape(t, srv), "pgquic_pooler_zero_rtt_requests_total", `outcome="accepted"`)
+	}
 	before := accepted()
 	if st := session("SELECT count(*) FROM z0"); st.ZeroRTT != 1 {
 		t.Fatalf("a new process with a ticket: %+v, want its connection's 0-RTT accepted", st)
