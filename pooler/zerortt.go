@@ -27,7 +27,8 @@ import (
 //   - the lexer finds nothing but plain statements in it (sqlInfo.pipe:
 //     no transaction control, no SET or set_config, no COPY, no session
 //     state, no function but the harmless built-ins; what may share a
-//     server connection with other clients).
+//     server connection with other clients), and it names none of the
+//     built-ins that act even in a READ ONLY transaction (actsInReadOnly).
 //
 // It then runs between BEGIN READ ONLY and COMMIT, both the pooler's own
 // (their replies swallowed), on a server connection of its own (never a
@@ -91,7 +92,7 @@ func (s *session) gateEarly(ctx context.Context, typ byte) (handled bool, err er
 		return true, err
 	}
 	frame := bytes.Clone(s.frame('Q', body))
-	if sql, _, ok := wire.CString(body); ok && s.cr.Buffered() == 0 && inspectSQL(sql).pipe {
+	if sql, _, ok := wire.CString(body); ok && s.cr.Buffered() == 0 && inspectSQL(sql).pipe && !actsWhenReadOnly(sql) {
 		return true, s.runEarly(ctx, frame)
 	}
 	if err := s.awaitConfirmed(ctx); err != nil {
@@ -99,6 +100,31 @@ func (s *session) gateEarly(ctx context.Context, typ byte) (handled bool, err er
 	}
 	s.cr.Unread(frame)
 	return true, nil
+}
+
+// actsInReadOnly names built-in functions that act even inside a READ
+// ONLY transaction (a notification sent at commit, statistics reset, a
+// transaction ID assigned, large objects, advisory locks held while the
+// request runs, another server reached; NOTIFY itself is allowed in a
+// READ ONLY transaction too): a request naming any of them
+// waits for the confirmation. A name matched inside an identifier or a
+// string only makes a request wait.
+var actsInReadOnly = []string{
+	"notify", "pg_stat_reset", "txid_current", "pg_current_xact_id", "pg_advisory", "pg_try_advisory",
+	"dblink", "lo_", "lowrite", "loread", "pg_logical_emit_message", "pg_replication_", "pg_create_",
+	"pg_drop_replication", "pg_switch_wal", "pg_log_backend_memory_contexts", "pg_promote", "pg_rotate_logfile",
+}
+
+// actsWhenReadOnly reports whether sql names a function of actsInReadOnly,
+// ignoring case.
+func actsWhenReadOnly(sql []byte) bool {
+	low := bytes.ToLower(sql)
+	for _, name := range actsInReadOnly {
+		if bytes.Contains(low, []byte(name)) {
+			return true
+		}
+	}
+	return false
 }
 
 // mayRunEarly reports whether the session may run a 0-RTT request
