@@ -173,4 +173,37 @@ func TestZeroRTTReplay(t *testing.T) {
 	if n := rows(); n != "1" {
 		t.Fatalf("rows after replaying the write's flight: %s, want still 1", n)
 	}
+
+	// A read's flight replayed runs at most that read, read-only, once
+	// per replay, and leaves nothing behind either.
+	readProxy, err := udpcapture.New(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer readProxy.Close()
+	if st := session(readProxy.Addr(), "SELECT count(*) FROM z0"); st.ZeroRTT != 1 {
+		t.Fatalf("the genuine read: %+v, want 0-RTT accepted", st)
+	}
+	accepted := func() float64 {
+		return sum(scrape(t, srv), "pgquic_pooler_zero_rtt_requests_total", `outcome="accepted"`)
+	}
+	before = accepted()
+	for range 2 {
+		if err := udpcapture.Replay(ctx, addr, readProxy.FirstFlight(), 500*time.Millisecond); err != nil {
+			t.Fatal(err)
+		}
+	}
+	deadline = time.Now().Add(30 * time.Second)
+	for sum(scrape(t, srv), "pgquic_pooler_clients") != 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("pooler still has %v clients after the read's replays", sum(scrape(t, srv), "pgquic_pooler_clients"))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if got := accepted() - before; got > 2 {
+		t.Fatalf("two replays of a read ran it %v times read-only, want at most 2", got)
+	}
+	if n := rows(); n != "1" {
+		t.Fatalf("rows after replaying the read's flight: %s, want still 1", n)
+	}
 }
