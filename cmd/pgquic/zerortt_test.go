@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -26,8 +27,10 @@ import (
 // certificate as an edge, and a table z0 to write to. session opens one
 // session as a new process would (a fresh ZeroRTT Dialer with local
 // startup on the shared session cache file) through addr, runs sql, and
-// returns the Dialer's Stats; rows counts z0's rows.
-func zeroRTTSetup(t *testing.T, ctx context.Context) (srv *server, session func(addr, sql string) quicclient.DialerStats, rows func() string) {
+// returns the Dialer's Stats; rows counts z0's rows. other is a second
+// replica on the same PostgreSQL with the same certificate and ticket
+// keys (--tls-session-ticket-keys-file), as replicas behind one address.
+func zeroRTTSetup(t *testing.T, ctx context.Context) (srv, other *server, session func(addr, sql string) quicclient.DialerStats, rows func() string) {
 	cluster := pgtest.New(t, pgtest.Options{})
 	if err := cluster.Exec(ctx, "CREATE TABLE z0 (v int)"); err != nil {
 		t.Fatal(err)
@@ -38,10 +41,20 @@ func zeroRTTSetup(t *testing.T, ctx context.Context) (srv *server, session func(
 	if err := os.WriteFile(trust, fmt.Appendf(nil, "%s %s postgres\n", fp, cluster.SuperUser), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	cfg := testConfig(cluster.SuperURL("postgres"))
-	cfg.EdgeTrust = trust
-	cfg.ZeroRTT = config.ZeroRTTReadOnly
-	srv, _, _ = startTestServer(t, cfg)
+	certFile, keyFile := writeCert(t, dir)
+	keysFile := filepath.Join(dir, "ticket-keys")
+	if err := os.WriteFile(keysFile, []byte(strings.Repeat("k", 64)+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	start := func() *server {
+		cfg := testConfig(cluster.SuperURL("postgres"))
+		cfg.EdgeTrust = trust
+		cfg.ZeroRTT = config.ZeroRTTReadOnly
+		cfg.TLSCert, cfg.TLSKey, cfg.TLSSessionTicketKeysFile = certFile, keyFile, keysFile
+		srv, _, _ := startTestServer(t, cfg)
+		return srv
+	}
+	srv, other = start(), start()
 	cache := filepath.Join(dir, "session-cache")
 	session = func(addr, sql string) quicclient.DialerStats {
 		t.Helper()
@@ -91,7 +104,7 @@ func zeroRTTSetup(t *testing.T, ctx context.Context) (srv *server, session func(
 		}
 		return string(res[0].Rows[0][0])
 	}
-	return srv, session, rows
+	return srv, other, session, rows
 }
 
 // TestZeroRTTServe runs serve with zero_rtt: read-only and an edge-trusted
@@ -103,7 +116,7 @@ func zeroRTTSetup(t *testing.T, ctx context.Context) (srv *server, session func(
 func TestZeroRTTServe(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 	defer cancel()
-	srv, session, rows := zeroRTTSetup(t, ctx)
+	srv, _, session, rows := zeroRTTSetup(t, ctx)
 	addr := srv.quic.Addr().String()
 	session(addr, "SELECT 1") // no ticket, no greeting yet
 	session(addr, "SELECT 1") // the greeting, a ticket
@@ -132,7 +145,7 @@ func TestZeroRTTServe(t *testing.T) {
 func TestZeroRTTReplay(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 	defer cancel()
-	srv, session, rows := zeroRTTSetup(t, ctx)
+	srv, other, session, rows := zeroRTTSetup(t, ctx)
 	addr := srv.quic.Addr().String()
 	session(addr, "SELECT 1")
 	session(addr, "SELECT 1")
@@ -151,24 +164,34 @@ func TestZeroRTTReplay(t *testing.T) {
 	if len(flight) == 0 {
 		t.Fatal("no first flight captured")
 	}
-	deferred := func() float64 {
-		return sum(scrape(t, srv), "pgquic_pooler_zero_rtt_requests_total", `outcome="deferred"`)
-	}
-	before := deferred()
-	for range 2 {
-		if err := udpcapture.Replay(ctx, addr, flight, 500*time.Millisecond); err != nil {
-			t.Fatal(err)
+	// Once to the same server and once to the other replica, which
+	// shares the ticket keys.
+	for _, to := range []*server{srv, other} {
+		deferred := func() float64 {
+			return sum(scrape(t, to), "pgquic_pooler_zero_rtt_requests_total", `outcome="deferred"`)
 		}
-	}
-	// The replayed write reached the pooler and was held...
-	waitFor(t, func() bool { return deferred() > before })
-	// ...until its connection died unconfirmed.
-	deadline := time.Now().Add(30 * time.Second)
-	for sum(scrape(t, srv), "pgquic_pooler_clients") != 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("pooler still has %v clients after the replays", sum(scrape(t, srv), "pgquic_pooler_clients"))
+		before := deferred()
+		// Twice: the first may meet the genuine connection's IDs, which
+		// the server still keeps for a moment after it closed.
+		for range 2 {
+			if err := udpcapture.Replay(ctx, to.quic.Addr().String(), flight, 500*time.Millisecond); err != nil {
+				t.Fatal(err)
+			}
 		}
-		time.Sleep(50 * time.Millisecond)
+		// The replayed write reached the pooler and was held...
+		for end := time.Now().Add(10 * time.Second); deferred() == before; time.Sleep(20 * time.Millisecond) {
+			if time.Now().After(end) {
+				t.Fatalf("the replayed write never reached the pooler at %s", to.quic.Addr())
+			}
+		}
+		// ...until its connection died unconfirmed.
+		deadline := time.Now().Add(30 * time.Second)
+		for sum(scrape(t, to), "pgquic_pooler_clients") != 0 {
+			if time.Now().After(deadline) {
+				t.Fatalf("pooler still has %v clients after the replay", sum(scrape(t, to), "pgquic_pooler_clients"))
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
 	}
 	if n := rows(); n != "1" {
 		t.Fatalf("rows after replaying the write's flight: %s, want still 1", n)
@@ -187,13 +210,13 @@ func TestZeroRTTReplay(t *testing.T) {
 	accepted := func() float64 {
 		return sum(scrape(t, srv), "pgquic_pooler_zero_rtt_requests_total", `outcome="accepted"`)
 	}
-	before = accepted()
+	before := accepted()
 	for range 2 {
 		if err := udpcapture.Replay(ctx, addr, readProxy.FirstFlight(), 500*time.Millisecond); err != nil {
 			t.Fatal(err)
 		}
 	}
-	deadline = time.Now().Add(30 * time.Second)
+	deadline := time.Now().Add(30 * time.Second)
 	for sum(scrape(t, srv), "pgquic_pooler_clients") != 0 {
 		if time.Now().After(deadline) {
 			t.Fatalf("pooler still has %v clients after the read's replays", sum(scrape(t, srv), "pgquic_pooler_clients"))
