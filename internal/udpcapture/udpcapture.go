@@ -1,8 +1,9 @@
 // Package udpcapture is a test tool for replay attacks on QUIC: a UDP proxy
-// that records what a client sends before the server first answers (its
-// first flight: the Initial and any 0-RTT packets), and Replay, which sends
-// such datagrams again from a new socket, as an attacker who captured them
-// on the path would. It relays one client at a time.
+// that records every datagram its first client sends (its first flight,
+// the Initial and the 0-RTT packets, and whatever followed, which a new
+// server connection cannot decrypt), and Replay, which sends such datagrams
+// again from a new socket, as an attacker who captured them on the path
+// would. It relays one client at a time.
 package udpcapture
 
 import (
@@ -20,12 +21,12 @@ type Proxy struct {
 	ln       *net.UDPConn
 	upstream *net.UDPAddr
 
-	mu       sync.Mutex
-	flight   [][]byte
-	answered bool // the server answered the first client: its flight is complete
-	client   *net.UDPAddr
-	up       *net.UDPConn
-	wg       sync.WaitGroup
+	mu     sync.Mutex
+	flight [][]byte
+	first  string // the first client's address
+	client *net.UDPAddr
+	up     *net.UDPConn
+	wg     sync.WaitGroup
 }
 
 // New listens on a loopback port and relays to server.
@@ -47,8 +48,10 @@ func New(server string) (*Proxy, error) {
 // Addr is the address clients dial instead of the server's.
 func (p *Proxy) Addr() string { return p.ln.LocalAddr().String() }
 
-// FirstFlight returns copies of the datagrams the first client sent before
-// the server's first answer reached the proxy.
+// FirstFlight returns copies of the datagrams the first client sent, in
+// order: its first flight and what followed. (A client writes its 0-RTT
+// stream data when the application does, which on loopback may be after
+// the server's first answer, so nothing shorter is sure to hold it.)
 func (p *Proxy) FirstFlight() [][]byte {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -94,7 +97,10 @@ func (p *Proxy) fromClients() {
 			p.wg.Add(1)
 			go p.fromServer(up, from)
 		}
-		if !p.answered {
+		if p.first == "" {
+			p.first = from.String()
+		}
+		if p.first == from.String() {
 			p.flight = append(p.flight, bytes.Clone(buf[:n]))
 		}
 		up := p.up
@@ -111,9 +117,6 @@ func (p *Proxy) fromServer(up *net.UDPConn, client *net.UDPAddr) {
 		if err != nil {
 			return
 		}
-		p.mu.Lock()
-		p.answered = true
-		p.mu.Unlock()
 		_, _ = p.ln.WriteToUDP(buf[:n], client)
 	}
 }
