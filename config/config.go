@@ -92,6 +92,16 @@ type Config struct {
 	// Default: "transaction".
 	Mode string `yaml:"mode"`
 
+	// ZeroRTT says what the pooler does with requests a resumed QUIC
+	// client sent in 0-RTT, before its handshake is confirmed, data an
+	// attacker may have captured and replayed: "off" (nothing runs until
+	// the handshake is confirmed, and the QUIC front refuses 0-RTT unless
+	// a Databases entry allows it) or "read-only" (in transaction mode, a
+	// request that is one plain statement runs at once inside a READ ONLY
+	// transaction; everything else waits for the confirmation). A
+	// Databases entry may override it. Default: "off".
+	ZeroRTT string `yaml:"zero_rtt"`
+
 	// RoleChanges says what transaction mode does with SET ROLE, SET
 	// SESSION AUTHORIZATION, their RESETs and SET SESSION CHARACTERISTICS
 	// outside a transaction block: "refuse" (SQLSTATE 0A000) or "pin" (the
@@ -388,7 +398,63 @@ type Database struct {
 	// MinPool overrides the top-level min_pool for this route; a pointer
 	// because zero is a meaningful override. Default: the top-level value.
 	MinPool *int `yaml:"min_pool"`
+
+	// ZeroRTT overrides the top-level zero_rtt for this route ("off" or
+	// "read-only"). Default: the top-level value.
+	ZeroRTT string `yaml:"zero_rtt"`
 }
+
+// ZeroRTTFor returns the zero_rtt policy in force for a session of user on
+// database: that of the Databases entry routing it (the one naming the
+// user, else the one for any user), when it sets one, else the top-level
+// value.
+func (c *Config) ZeroRTTFor(database, user string) string {
+	var route *Database
+	for i := range c.Databases {
+		d := &c.Databases[i]
+		if d.Name != database {
+			continue
+		}
+		if d.User == user {
+			route = d
+			break
+		}
+		if d.User == "" && route == nil {
+			route = d
+		}
+	}
+	if route != nil && route.ZeroRTT != "" {
+		return route.ZeroRTT
+	}
+	return c.ZeroRTT
+}
+
+// AnyZeroRTT reports whether some route may run requests that arrived in
+// 0-RTT (zero_rtt: read-only at the top level or on a Databases entry):
+// only then does the QUIC front accept 0-RTT at all.
+func (c *Config) AnyZeroRTT() bool {
+	if c.ZeroRTT == ZeroRTTReadOnly {
+		return true
+	}
+	for _, d := range c.Databases {
+		if d.ZeroRTT == ZeroRTTReadOnly {
+			return true
+		}
+	}
+	return false
+}
+
+// The zero_rtt values.
+const (
+	// ZeroRTTOff runs nothing of a session before its QUIC handshake is
+	// confirmed; the QUIC front then refuses 0-RTT altogether unless
+	// another route allows it.
+	ZeroRTTOff = "off"
+	// ZeroRTTReadOnly runs a 0-RTT request that is one plain statement
+	// before the handshake is confirmed, inside a READ ONLY transaction,
+	// and defers every other request until it is confirmed.
+	ZeroRTTReadOnly = "read-only"
+)
 
 // Default returns a Config with every default filled in, including the
 // listen addresses that ApplyDefaults leaves alone because empty means
@@ -467,6 +533,7 @@ func Parse(b []byte) (*Config, error) {
 // alone is valid.
 func (c *Config) ApplyDefaults() {
 	setIf(&c.Mode, "", DefaultMode)
+	setIf(&c.ZeroRTT, "", ZeroRTTOff)
 	setIf(&c.RoleChanges, "", DefaultRoleChanges)
 	setIf(&c.SessionState, "", DefaultSessionState)
 	setIf(&c.ClientStatementBytes, 0, DefaultClientStatementBytes)
@@ -538,6 +605,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Mode != "transaction" && c.Mode != "session" {
 		bad("mode: %q is not transaction or session", c.Mode)
+	}
+	if c.ZeroRTT != ZeroRTTOff && c.ZeroRTT != ZeroRTTReadOnly {
+		bad("zero_rtt: %q is not off or read-only", c.ZeroRTT)
 	}
 	if c.RoleChanges != "refuse" && c.RoleChanges != "pin" {
 		bad("role_changes: %q is not refuse or pin", c.RoleChanges)
@@ -685,6 +755,9 @@ func (c *Config) Validate() error {
 		}
 		if d.PoolSize < 0 {
 			bad("%s.pool_size: %d must not be negative", at, d.PoolSize)
+		}
+		if d.ZeroRTT != "" && d.ZeroRTT != ZeroRTTOff && d.ZeroRTT != ZeroRTTReadOnly {
+			bad("%s.zero_rtt: %q is not off or read-only", at, d.ZeroRTT)
 		}
 		if d.MinPool != nil && *d.MinPool < 0 {
 			bad("%s.min_pool: %d must not be negative", at, *d.MinPool)

@@ -53,6 +53,7 @@ func TestGoodFiles(t *testing.T) {
 			MetricsListen:             "127.0.0.1:9999",
 			Backend:                   "postgres://app:secret@127.0.0.1:5432/postgres?sslmode=disable",
 			Mode:                      "session",
+			ZeroRTT:                   "off",
 			RoleChanges:               "pin",
 			SessionState:              "error",
 			ClientStatementBytes:      1 << 20,
@@ -134,6 +135,7 @@ func TestBadFiles(t *testing.T) {
 		"bad-mode.bad.yml":            {`mode: "statement" is not transaction or session`},
 		"role-changes.bad.yml":        {`role_changes: "allow" is not refuse or pin`},
 		"session-state.bad.yml":       {`session_state: "refuse" is not pin or error`},
+		"zero-rtt.bad.yml":            {`zero_rtt: "always" is not off or read-only`, `databases[0].zero_rtt: "on" is not off or read-only`},
 		"bad-pool.bad.yml":            {"min_pool: 5 exceeds pool_size 4: lower min_pool (--min-pool) or raise pool_size (--pool-size)"},
 		"max-pools.bad.yml":           {"max_pools: -1 must be at least 1", "pool_idle_timeout: -1s must not be negative"},
 		"trust-exposed.bad.yml": {
@@ -230,6 +232,37 @@ func TestEffectivePool(t *testing.T) {
 		if got := tt.d.EffectiveMinPool(c); got != tt.minimum {
 			t.Errorf("%+v: min pool %d, want %d", tt.d, got, tt.minimum)
 		}
+	}
+}
+
+// TestZeroRTTFor: a route's own zero_rtt wins, the user's entry before the
+// any-user one, and the top level answers for the rest.
+func TestZeroRTTFor(t *testing.T) {
+	c := Default()
+	if c.ZeroRTT != ZeroRTTOff || c.AnyZeroRTT() {
+		t.Fatalf("default zero_rtt %q (any %v), want off", c.ZeroRTT, c.AnyZeroRTT())
+	}
+	c.Databases = []Database{
+		{Name: "app", Backend: "postgres://x@h/app"},
+		{Name: "app", User: "ro", Backend: "postgres://x@h/app", ZeroRTT: ZeroRTTReadOnly},
+		{Name: "other", Backend: "postgres://x@h/other", ZeroRTT: ZeroRTTOff},
+	}
+	for _, tt := range []struct{ db, user, want string }{
+		{"app", "ro", ZeroRTTReadOnly}, {"app", "rw", ZeroRTTOff}, {"nope", "ro", ZeroRTTOff},
+	} {
+		if got := c.ZeroRTTFor(tt.db, tt.user); got != tt.want {
+			t.Errorf("ZeroRTTFor(%s, %s) = %q, want %q", tt.db, tt.user, got, tt.want)
+		}
+	}
+	if !c.AnyZeroRTT() {
+		t.Error("AnyZeroRTT false with a read-only route")
+	}
+	c.ZeroRTT = ZeroRTTReadOnly
+	if got := c.ZeroRTTFor("other", ""); got != ZeroRTTOff {
+		t.Errorf("a route's off must win over the top level: got %q", got)
+	}
+	if got := c.ZeroRTTFor("app", "rw"); got != ZeroRTTReadOnly {
+		t.Errorf("top-level read-only: got %q", got)
 	}
 }
 

@@ -170,6 +170,13 @@ type Config struct {
 	// certificate is trusted and every session goes through Auth.
 	EdgeTrust EdgeTrust
 
+	// ZeroRTT says which sessions may run a request received before the
+	// transport's handshake was confirmed (0-RTT data, which may be a
+	// replay) inside a READ ONLY transaction; see zerortt.go. It is asked
+	// at each such request, so a configuration reload applies at once.
+	// Default nil: every such request waits for the confirmation.
+	ZeroRTT ZeroRTTPolicy
+
 	// ServerVersion, when set, is reported to clients in place of the
 	// server's own server_version parameter. Default: the server's value.
 	ServerVersion string

@@ -24,6 +24,7 @@ type metrics struct {
 	serverErrors *prometheus.CounterVec
 	pins         *prometheus.CounterVec
 	pinned       prometheus.Gauge
+	zeroRTT      *prometheus.CounterVec // requests received in 0-RTT (zerortt.go)
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -97,6 +98,8 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	adopt(reg, &m.serverErrors, &errs)
 	adopt(reg, &m.pins, &errs)
 	adopt(reg, &m.pinned, &errs)
+	m.zeroRTT = newZeroRTTCounter()
+	adopt(reg, &m.zeroRTT, &errs)
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}

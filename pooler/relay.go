@@ -56,6 +56,8 @@ type entry struct {
 	params *paramQuery
 
 	replayHead bool // the first recorded message of a pipeline that may be retried (stale.go)
+
+	early bool // a 0-RTT request run read-only: its replies are held (zerortt.go)
 }
 
 // attachment is a server connection lent to a session. Its fields are
@@ -111,7 +113,7 @@ func (s *session) push(a *attachment, e entry) {
 		}
 		a.skipping = false
 	}
-	if e.quiet {
+	if e.quiet || e.early {
 		a.quiet.Add(1)
 	}
 	if a.replay != nil {
@@ -148,7 +150,7 @@ func (a *attachment) front() *entry {
 }
 
 func (a *attachment) pop() {
-	if a.queue[a.head].quiet {
+	if e := &a.queue[a.head]; e.quiet || e.early {
 		a.quiet.Add(-1)
 	}
 	a.queue[a.head] = entry{}

@@ -49,6 +49,11 @@ func (s *session) loop(ctx context.Context) error {
 				continue
 			}
 		}
+		if s.early != nil { // a 0-RTT request answered, or to run now (zerortt.go)
+			if err := s.earlyDone(ctx); err != nil {
+				return err
+			}
+		}
 		idle := s.cr.Buffered() == 0
 		if idle {
 			s.armIdle()
@@ -104,6 +109,11 @@ func (s *session) loop(ctx context.Context) error {
 
 // handle processes one client message whose header has just been read.
 func (s *session) handle(ctx context.Context, typ byte) error {
+	if s.peer.HandshakeConfirmed != nil { // 0-RTT data: run read-only or hold (zerortt.go)
+		if handled, err := s.gateEarly(ctx, typ); handled || err != nil {
+			return err
+		}
+	}
 	if s.skipping && typ != 'S' {
 		return s.cr.Skip()
 	}
@@ -523,6 +533,9 @@ func (s *session) interpretLocked(a *attachment, rd *lanes.Rider, typ byte, body
 // it ended, and writes the pooler's own replies that reached the head of
 // the queue. s.mu must be held.
 func (s *session) deliverLocked(a *attachment, m *reply) {
+	if m.head != nil && m.head.early {
+		s.holdEarlyLocked(a, m)
+	}
 	if m.forward && !a.clientGone.Load() {
 		s.cwMu.Lock()
 		if a.heldT != nil {

@@ -100,6 +100,7 @@ type session struct {
 	att        *attachment
 	draining   bool
 	pinned     bool               // transaction mode: the client keeps its server connection (pin.held != 0)
+	early      *earlyRun          // a 0-RTT request run read-only, or to run once confirmed (zerortt.go); owner only
 	pin        pinState           // why (pin.go)
 	restore    map[string]string  // startup values a client's RESET took away, to set again (see followLocked)
 	snapshot   bool               // the client changed parameters: read them back (see followLocked)
@@ -184,6 +185,11 @@ func (s *session) run(ctx context.Context) error {
 	}
 	s.scratch = nil // it held the greeting; an idle session need not keep it
 	if s.console != nil {
+		if s.peer.HandshakeConfirmed != nil { // no admin command on replayable data
+			if err := s.awaitConfirmed(ctx); err != nil {
+				return err
+			}
+		}
 		return s.serveConsole(ctx)
 	}
 	return s.loop(ctx)

@@ -172,6 +172,11 @@ func (s *session) readStartup(ctx context.Context) (*startupParams, error) {
 			}
 			pid := binary.BigEndian.Uint32(body[4:8])
 			key := bytes.Clone(body[8:])
+			if s.peer.HandshakeConfirmed != nil { // a replayed cancel would cancel again
+				if err := s.awaitConfirmed(ctx); err != nil {
+					return nil, errCancelHandled
+				}
+			}
 			s.p.cancel(ctx, pid, key)
 			return nil, errCancelHandled
 		}

@@ -113,6 +113,18 @@ type DialerConfig struct {
 	// other Dialers (NewSessionCache keeps it in memory). Either replaces
 	// a TLSConfig's own ClientSessionCache. Default nil.
 	SessionCache *SessionCache
+	// ZeroRTT dials with 0-RTT when the session cache holds a ticket for
+	// the pooler: the first streams' bytes (the StartupMessage and, with
+	// LocalStartup, the first request) leave in the first flight instead
+	// of after the handshake's round trip. A pooler whose database allows
+	// it (zero_rtt: read-only) answers the startup at once and runs the
+	// request when the handshake is confirmed; one that refuses 0-RTT
+	// makes quic-go drop those bytes, and the Dialer sends them again in
+	// 1-RTT (never twice: the server saw none). Stats().ZeroRTT counts
+	// the connections whose 0-RTT the server accepted. Whoever captures
+	// the first flight can replay it to the pooler: see the pooler's
+	// zero_rtt. Needs SessionCacheFile or SessionCache. Default false.
+	ZeroRTT bool
 	// LocalAddr is the local UDP address to bind, e.g. one interface's
 	// address; Migrate binds its new socket there too unless told another.
 	// Default nil: any address, an ephemeral port.
@@ -190,6 +202,13 @@ type clientConn struct {
 	// ConnectionState reads the connection's socket, which a path switch
 	// replaces on its own goroutine, so calling it later races.
 	resumed bool
+	// used0RTT records whether the server accepted the connection's 0-RTT
+	// data; watch sets it under Dialer.mu once the handshake completed
+	// (a connection cannot migrate before).
+	used0RTT bool
+	// early0RTT records that the dial returned before the handshake
+	// completed: the connection sent 0-RTT data (DialerConfig.ZeroRTT).
+	early0RTT bool
 }
 
 // DialerStats is a snapshot of the dialer's connections.
@@ -211,6 +230,13 @@ type DialerStats struct {
 	// Resumed counts the live connections whose TLS handshake resumed an
 	// earlier session (SessionCacheFile, SessionCache).
 	Resumed int
+	// ZeroRTT counts the live connections whose 0-RTT data the server
+	// accepted (DialerConfig.ZeroRTT); a rejected one counts in Resumed
+	// only.
+	ZeroRTT int
+	// ZeroRTTRejected counts the live connections that sent 0-RTT data
+	// the server refused (its streams' bytes were sent again in 1-RTT).
+	ZeroRTTRejected int
 }
 
 // NewDialer validates cfg and prepares TLS; it dials nothing yet. logger nil
@@ -273,10 +299,10 @@ func (d *Dialer) Dial(ctx context.Context) (net.Conn, error) {
 		str, err := cc.conn.OpenStreamSync(ctx)
 		if err == nil {
 			release := func() { d.release(cc) }
-			if cc.co != nil {
-				return quicwire.NewCoalescingConn(str, cc.conn, cc.co, release), nil
+			if d.cfg.ZeroRTT && !handshakeDone(cc.conn) {
+				return newEarlyConn(cc.conn, str, func(str *quic.Stream) *quicwire.Conn { return d.wrapStream(cc, str, nil) }, release), nil
 			}
-			return quicwire.NewConn(str, cc.conn, release), nil
+			return d.wrapStream(cc, str, release), nil
 		}
 		d.release(cc)
 		lastErr = fmt.Errorf("quicclient: open stream: %w", err)
@@ -287,6 +313,25 @@ func (d *Dialer) Dial(ctx context.Context) (net.Conn, error) {
 		d.log.Debug("QUIC connection lost while opening a stream; retrying on a fresh one", "err", err)
 	}
 	return nil, lastErr
+}
+
+// wrapStream is the net.Conn of a stream of cc; release, when not nil, runs
+// once it is closed.
+func (d *Dialer) wrapStream(cc *clientConn, str *quic.Stream, release func()) *quicwire.Conn {
+	if cc.co != nil {
+		return quicwire.NewCoalescingConn(str, cc.conn, cc.co, release)
+	}
+	return quicwire.NewConn(str, cc.conn, release)
+}
+
+// handshakeDone reports whether c's handshake completed.
+func handshakeDone(c *quic.Conn) bool {
+	select {
+	case <-c.HandshakeComplete():
+		return true
+	default:
+		return false
+	}
 }
 
 // DialFunc adapts Dial to pgconn.Config.DialFunc (the type is the same
@@ -399,6 +444,11 @@ func (d *Dialer) Stats() DialerStats {
 			if cc.resumed {
 				st.Resumed++
 			}
+			if cc.used0RTT {
+				st.ZeroRTT++
+			} else if cc.early0RTT && handshakeDone(cc.conn) {
+				st.ZeroRTTRejected++
+			}
 		}
 	}
 	if st.Conns > 0 {
@@ -487,7 +537,7 @@ func (d *Dialer) dialSlot(ctx context.Context, i int) (*clientConn, error) {
 		_ = conn.CloseWithError(quicwire.AppCode(ErrCodeNoError), "dialer closed")
 		return nil, ErrDialerClosed
 	}
-	cc := &clientConn{conn: conn, slot: i, open: 1, resumed: conn.ConnectionState().TLS.DidResume}
+	cc := &clientConn{conn: conn, slot: i, open: 1, resumed: conn.ConnectionState().TLS.DidResume, early0RTT: !handshakeDone(conn)}
 	if !d.cfg.NoCoalescing {
 		cc.co = quicwire.NewCoalescer(conn.Context())
 	}
@@ -502,11 +552,17 @@ func (d *Dialer) dialConn(ctx context.Context, tr *quic.Transport) (*quic.Conn, 
 	if err != nil {
 		return nil, fmt.Errorf("quicclient: resolve %s: %w", d.cfg.Addr, err)
 	}
-	conn, err := tr.Dial(ctx, raddr, d.tlsConf, d.quicCfg)
+	var conn *quic.Conn
+	if d.cfg.ZeroRTT {
+		conn, err = tr.DialEarly(ctx, raddr, d.tlsConf, d.quicCfg)
+	} else {
+		conn, err = tr.Dial(ctx, raddr, d.tlsConf, d.quicCfg)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("quicclient: dial %s: %w", d.cfg.Addr, err)
 	}
-	d.log.Debug("QUIC connection established", "addr", raddr.String(), "resumed", conn.ConnectionState().TLS.DidResume)
+	d.log.Debug("QUIC connection established", "addr", raddr.String(), "resumed", conn.ConnectionState().TLS.DidResume,
+		"handshake_done", handshakeDone(conn))
 	return conn, nil
 }
 
@@ -548,6 +604,19 @@ func (d *Dialer) bindUDP(local *net.UDPAddr) (*net.UDPConn, error) {
 // watch forgets a connection as soon as it dies, so the next Dial re-dials.
 func (d *Dialer) watch(cc *clientConn) {
 	defer d.wg.Done()
+	if d.cfg.ZeroRTT {
+		select {
+		case <-cc.conn.HandshakeComplete():
+			cs := cc.conn.ConnectionState()
+			d.mu.Lock()
+			cc.used0RTT, cc.resumed = cs.Used0RTT, cs.TLS.DidResume
+			d.mu.Unlock()
+			if cc.early0RTT && !cs.Used0RTT {
+				d.log.Debug("the pooler refused the connection's 0-RTT data; its sessions send it again in 1-RTT", "addr", d.cfg.Addr)
+			}
+		case <-cc.conn.Context().Done():
+		}
+	}
 	<-cc.conn.Context().Done()
 	d.forget(cc)
 	d.mu.Lock()

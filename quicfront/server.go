@@ -132,9 +132,10 @@ type ServerConfig struct {
 	// ID is visible on the path: an observer learns which replica serves a
 	// connection. Default 0: random connection IDs.
 	ServerID int
-	// Allow0RTT accepts 0-RTT connections. Default false. Even when on, a
-	// stream's session starts only after the handshake completed, so nothing
-	// past the startup packet is processed on replayable data.
+	// Allow0RTT accepts 0-RTT connections. Default false. When on, a
+	// stream's session starts as soon as its startup packet arrived, before
+	// the handshake completed, with the Peer's HandshakeConfirmed set until
+	// it has: the handler decides what may run on replayable data.
 	Allow0RTT bool
 }
 
@@ -682,9 +683,12 @@ func (s *Server) streamDone(sc *serverConn, wg *sync.WaitGroup) {
 	wg.Done()
 }
 
-// streamReady waits for the stream's startup packet and for the handshake to
-// complete (0-RTT); it reports whether the session may start, and has closed
-// or reset the stream when not.
+// streamReady waits for the stream's startup packet and, unless the server
+// accepts 0-RTT, for the handshake to complete; it reports whether the
+// session may start, and has closed or reset the stream when not. With
+// Allow0RTT the session starts on 0-RTT data and its Peer's
+// HandshakeConfirmed tells the handler when the data stopped being
+// replayable.
 func (s *Server) streamReady(sc *serverConn, c *quicwire.Conn, log *slog.Logger) bool {
 	if _, err := s.awaitStartup(c, s.cfg.StreamStartupTimeout); err != nil {
 		var ne net.Error
@@ -702,7 +706,9 @@ func (s *Server) streamReady(sc *serverConn, c *quicwire.Conn, log *slog.Logger)
 		}
 		return false
 	}
-	// 0-RTT: the session starts only once the handshake is complete.
+	if s.cfg.Allow0RTT {
+		return true // the session starts at once; sessionPeer tells it whether the data is still replayable
+	}
 	select {
 	case <-sc.conn.HandshakeComplete():
 		return true
@@ -720,8 +726,16 @@ func (s *Server) streamReady(sc *serverConn, c *quicwire.Conn, log *slog.Logger)
 // its server connection until the query finished.
 func sessionPeer(sc *serverConn, c *quicwire.Conn) front.Peer {
 	p := sc.peer
-	p.ClientCerts = sc.clientCerts()
 	p.Probe = func() error { return streamGone(c.Stream()) }
+	select {
+	case <-sc.conn.HandshakeComplete():
+		p.ClientCerts = sc.clientCerts()
+	default:
+		// 0-RTT: a resumed session's certificates are those of the ticket,
+		// known already; not cached, as the handshake has not completed.
+		p.HandshakeConfirmed = sc.conn.HandshakeComplete()
+		p.ClientCerts = sc.conn.ConnectionState().TLS.PeerCertificates
+	}
 	return p
 }
 

@@ -42,6 +42,11 @@ result) on each path across the WAN emulator, beside the model's round trips:
   edge-local     edge with --local-startup        1 RTT (startup and query in one flight)
   quic-resumed   a new process with --session-cache and local startup:
                                                   2 RTT (resumed handshake, startup and query)
+  quic-0rtt      quic-resumed with 0-RTT (zero_rtt: read-only on the pooler):
+                                                  1 RTT (startup and query in the first flight,
+                                                  answered read-only before the handshake ends)
+  quic-0rtt-write  the same with an INSERT as the first query:
+                                                  2 RTT (held until the handshake is confirmed)
 It starts a throwaway PostgreSQL, two in-process poolers (trust with
 --edge-trust, and SCRAM) and the emulated paths, and prints median and p99.
 With --client, it also runs the shell command CMD (e.g. "psql -Atc 'select
@@ -61,7 +66,7 @@ type connectPath struct {
 
 var connectPaths = []connectPath{
 	{"tcp", 3}, {"tcp+tls", 5}, {"tcp+tls+scram", 7}, {"quic", 3}, {"edge", 2}, {"edge-local", 1},
-	{"quic-resumed", 2},
+	{"quic-resumed", 2}, {"quic-0rtt", 1}, {"quic-0rtt-write", 2},
 }
 
 // connectResult is one path's measurement, as --json writes it.
@@ -264,6 +269,7 @@ func connectBench(ctx context.Context, o connectOpts, logger *slog.Logger) (*con
 	cfgA.TCPListen, cfgA.QUICListen, cfgA.MetricsListen = "127.0.0.1:0", "127.0.0.1:0", ""
 	cfgA.TLSCert, cfgA.TLSKey, cfgA.EdgeTrust = serverCert, serverKey, trustFile
 	cfgA.Explicit.AuthMethod = true
+	cfgA.ZeroRTT = config.ZeroRTTReadOnly // only the quic-0rtt paths send 0-RTT
 	if err := cfgA.Validate(); err != nil {
 		return nil, err
 	}
@@ -427,7 +433,15 @@ func connectBench(ctx context.Context, o connectOpts, logger *slog.Logger) (*con
 				return firstRow(ctx, cfg)
 			}
 		case "quic-resumed":
-			session = resumedSession(quicA, pin, edgeCert, edgeKey, filepath.Join(dir, "session-cache"), url("quic", "sslmode=disable"), logger)
+			session = resumedSession(quicA, pin, edgeCert, edgeKey, filepath.Join(dir, "session-cache"), url("quic", "sslmode=disable"), logger, "")
+		case "quic-0rtt":
+			session = resumedSession(quicA, pin, edgeCert, edgeKey, filepath.Join(dir, "session-cache-0rtt"), url("quic", "sslmode=disable"), logger, "SELECT 1")
+		case "quic-0rtt-write":
+			if err := cluster.Exec(ctx, "CREATE TABLE IF NOT EXISTS connect_bench_0rtt (v int)"); err != nil {
+				return nil, err
+			}
+			session = resumedSession(quicA, pin, edgeCert, edgeKey, filepath.Join(dir, "session-cache-0rtt-write"), url("quic", "sslmode=disable"), logger,
+				"INSERT INTO connect_bench_0rtt VALUES (1)")
 		case "edge", "edge-local":
 			addr, err := startEdge(p.name == "edge-local", quicA)
 			if err != nil {
@@ -542,6 +556,12 @@ func p99(samples []float64) float64 {
 // firstRow opens a session with cfg, runs SELECT 1 and reads its result:
 // a new session's time to first row.
 func firstRow(ctx context.Context, cfg *pgconn.Config) error {
+	return firstResult(ctx, cfg, "SELECT 1")
+}
+
+// firstResult opens a session with cfg and runs sql, checking that a
+// SELECT 1 returned its row.
+func firstResult(ctx context.Context, cfg *pgconn.Config, sql string) error {
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	c, err := pgconn.ConnectConfig(ctx, cfg)
@@ -549,9 +569,12 @@ func firstRow(ctx context.Context, cfg *pgconn.Config) error {
 		return err
 	}
 	defer c.Close(context.WithoutCancel(ctx))
-	res, err := c.Exec(ctx, "SELECT 1").ReadAll()
+	res, err := c.Exec(ctx, sql).ReadAll()
 	if err != nil {
 		return err
+	}
+	if sql != "SELECT 1" {
+		return nil
 	}
 	if len(res) != 1 || len(res[0].Rows) != 1 || string(res[0].Rows[0][0]) != "1" {
 		return fmt.Errorf("SELECT 1 returned %v", res)
@@ -631,10 +654,12 @@ func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond)
 // process does, a fresh Dialer (new UDP socket, new QUIC connection) with
 // the ticket and the greeting an earlier one left in the session cache
 // file, and local startup. It fails when the handshake did not resume.
-func resumedSession(t benchTarget, pin, cert, key, cacheFile, connString string, logger *slog.Logger) func(context.Context) error {
+// With zeroRTTSQL, the dialer sends the startup and that first query in
+// 0-RTT, and the session fails when the pooler did not accept it.
+func resumedSession(t benchTarget, pin, cert, key, cacheFile, connString string, logger *slog.Logger, zeroRTTSQL string) func(context.Context) error {
 	return func(ctx context.Context) error {
 		d, err := quicclient.NewDialer(quicclient.DialerConfig{Addr: t.addr, Conns: 1, PinSHA256: pin,
-			CertFile: cert, KeyFile: key, LocalStartup: true, SessionCacheFile: cacheFile}, logger)
+			CertFile: cert, KeyFile: key, LocalStartup: true, SessionCacheFile: cacheFile, ZeroRTT: zeroRTTSQL != ""}, logger)
 		if err != nil {
 			return err
 		}
@@ -663,6 +688,15 @@ func resumedSession(t benchTarget, pin, cert, key, cacheFile, connString string,
 			}
 		}
 		earlier := d.GreetingStore() != nil && len(d.GreetingStore().LoadGreetings()) > 0
+		if zeroRTTSQL != "" {
+			if err := firstResult(ctx, cfg, zeroRTTSQL); err != nil {
+				return err
+			}
+			if earlier && !zeroRTTAccepted(d) {
+				return errors.New("the pooler did not accept the 0-RTT data")
+			}
+			return nil
+		}
 		if err := firstRow(ctx, cfg); err != nil {
 			return err
 		}
@@ -671,4 +705,23 @@ func resumedSession(t benchTarget, pin, cert, key, cacheFile, connString string,
 		}
 		return nil
 	}
+}
+
+// zeroRTTAccepted waits, briefly, for d's connection to report its
+// handshake's outcome (recorded just after the handshake, which ends
+// about when a 0-RTT request's answer arrives) and reports whether the
+// pooler accepted its 0-RTT data.
+func zeroRTTAccepted(d *quicclient.Dialer) bool {
+	deadline := time.Now().Add(time.Second)
+	for time.Now().Before(deadline) {
+		st := d.Stats()
+		if st.ZeroRTT > 0 {
+			return true
+		}
+		if st.ZeroRTTRejected > 0 {
+			return false
+		}
+		time.Sleep(time.Millisecond)
+	}
+	return false
 }

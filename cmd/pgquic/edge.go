@@ -56,6 +56,7 @@ type edgeConfig struct {
 	sessionCache         string
 	keepAlive            time.Duration
 	followRoute          time.Duration
+	zeroRTT              bool
 }
 
 // runEdge is the edge subcommand.
@@ -104,6 +105,7 @@ func parseEdgeFlags(args []string, stdout, stderr io.Writer) (edgeConfig, error)
 	fs.StringVar(&ec.localAuth, "local-auth", "", "authenticate local clients at the edge: `method` trust (loopback listener only), md5 or scram-sha-256; default: the pooler authenticates")
 	fs.StringVar(&ec.authFile, "auth-file", "", "PgBouncer-format userlist `file` for --local-auth md5 or scram-sha-256")
 	fs.BoolVar(&ec.localStartup, "local-startup", false, "answer a session's startup at the edge and send it with the first request in one flight (needs --local-auth)")
+	fs.BoolVar(&ec.zeroRTT, "zero-rtt", false, "with a ticket from --session-cache, send each new connection's first sessions (the startup and, with --local-startup, the first request) in 0-RTT; a pooler whose database has zero_rtt: read-only runs a plain read before the handshake completes, anything else once it has; whoever captures the first flight can replay it. Default off")
 	fs.StringVar(&ec.sessionCache, "session-cache", "", "keep TLS session tickets in `FILE` (mode 0600) so a restarted edge resumes its TLS sessions; whoever reads the file can resume as this edge until the tickets expire or the pooler rotates its ticket keys; default: none")
 	fs.DurationVar(&ec.keepAlive, "keep-alive", quicclient.DefaultKeepAlivePeriod, "send a keep-alive on a QUIC connection quiet for this `duration`; it also bounds how long a connection stalls after a NAT rebinding while its sessions wait for answers (the pooler learns the new address only from the edge's next packet); negative disables")
 	fs.DurationVar(&ec.followRoute, "follow-route", 0, "every `period`, ask the kernel which source address reaches the pooler and, when it changed, move the QUIC connections there with a validated migration (PATH_CHALLENGE first); 0 (the default) binds any address and lets the kernel switch the source, which the pooler sees as a NAT rebinding")
@@ -214,6 +216,7 @@ func runEdgeWith(ctx context.Context, ec edgeConfig, logger *slog.Logger) error 
 		MaxStreamsPerConn: ec.streams,
 		SessionCacheFile:  ec.sessionCache,
 		KeepAlivePeriod:   ec.keepAlive,
+		ZeroRTT:           ec.zeroRTT,
 	}, logger.With("component", "dialer"))
 	if err != nil {
 		return err

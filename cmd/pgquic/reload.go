@@ -58,6 +58,13 @@ func (r *reloadable) Edge(certs []*x509.Certificate) (*pgauth.EdgeGrant, bool) {
 	return r.edges.Load().Edge(certs)
 }
 
+// ZeroRTTReadOnly implements pooler.ZeroRTTPolicy with the zero_rtt in
+// force for the route, so a reload that turns it off applies to the next
+// 0-RTT request.
+func (r *reloadable) ZeroRTTReadOnly(database, user string) bool {
+	return r.cfg.Load().ZeroRTTFor(database, user) == config.ZeroRTTReadOnly
+}
+
 // certificate is the TCP front's tls.Config.GetCertificate.
 func (r *reloadable) certificate(*tls.ClientHelloInfo) (*tls.Certificate, error) {
 	return r.cert.Load(), nil
@@ -72,7 +79,7 @@ var reloadKeys = []string{
 	"server_lifetime", "server_idle_timeout", "server_connect_timeout",
 	"auth", "edge_trust", "tls_cert", "tls_key", "tls_session_ticket_keys_file", "admin_users",
 	"query_wait_timeout", "idle_transaction_timeout", "client_idle_timeout", "query_timeout",
-	"shutdown_grace",
+	"shutdown_grace", "zero_rtt",
 }
 
 // poolKeys are the keys whose change needs new server pools.
@@ -111,6 +118,15 @@ func (s *server) Reload(ctx context.Context, next *config.Config) (applied, rest
 		} else {
 			restart = append(restart, k)
 		}
+	}
+	if s.quic != nil && next.AnyZeroRTT() != s.cfg.AnyZeroRTT() {
+		// The pooler asks the zero_rtt in force at each 0-RTT request, so
+		// turning a route off applies at once; but the QUIC front's
+		// listener accepts 0-RTT or not from its start: turning it on
+		// where it started off takes a restart (and a listener left
+		// accepting 0-RTT with every route off only holds each request
+		// until the handshake is confirmed).
+		restart = append(restart, "zero_rtt")
 	}
 	if (next.TLSCert == "") != (prev.TLSCert == "") {
 		return nil, nil, fmt.Errorf("%w: tls_cert: turning TLS on or off needs a restart", ErrReloadRejected)

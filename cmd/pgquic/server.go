@@ -143,6 +143,7 @@ func startServer(ctx context.Context, cfg *config.Config, logger *slog.Logger) (
 		SessionState:           pooler.SessionStatePolicy(cfg.SessionState),
 		Auth:                   &s.live,
 		EdgeTrust:              &s.live,
+		ZeroRTT:                &s.live,
 	}, &s.live, logger.With("component", "pooler"), s.reg)
 	if err != nil {
 		return nil, fmt.Errorf("pooler: %w", err)
@@ -190,6 +191,7 @@ func startServer(ctx context.Context, cfg *config.Config, logger *slog.Logger) (
 			MaxStreamsPerConn:  cfg.QUICMaxStreams,
 			StatelessResetKey:  resetKey,
 			ServerID:           cfg.QUICServerID,
+			Allow0RTT:          cfg.AnyZeroRTT(),
 		}, s.pooler, logger.With("component", "quic"), s.reg)
 		if err != nil {
 			return nil, err

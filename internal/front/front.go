@@ -80,6 +80,18 @@ type Peer struct {
 	// context, which quic-go ends when the connection dies or the client
 	// aborts the stream.
 	Probe func() error
+
+	// HandshakeConfirmed, when non-nil, is closed once the transport's
+	// handshake is confirmed: until then the bytes of the session may be
+	// 0-RTT data, which an attacker who captured them can send again, to
+	// this server or to another replica sharing its ticket keys. If the
+	// connection dies first it is never closed (Probe then reports the
+	// client gone). nil means the data is not replayable (TCP, a QUIC
+	// connection whose handshake completed before the session started).
+	// The QUIC front fills it in only when it accepts 0-RTT; the handler
+	// runs a request received before it is closed only if replaying that
+	// request is harmless.
+	HandshakeConfirmed <-chan struct{}
 }
 
 // ReadWaiter is implemented by client streams that can wait for input

@@ -14,6 +14,7 @@ package wire
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -82,6 +83,23 @@ func (r *Reader) Reset(src io.Reader) {
 		r.br.Reset(src)
 	}
 	r.pending = false
+}
+
+// Unread puts frame, a whole message already consumed, back in front of
+// what is buffered, so that the next Next returns it again without reading
+// the source (Buffered counts it). A session uses it to run later a
+// message it read early and decided to hold.
+func (r *Reader) Unread(frame []byte) {
+	var pre []byte
+	pre = append(pre, frame...)
+	if r.br != nil {
+		rest, _ := r.br.Peek(r.br.Buffered())
+		pre = append(pre, rest...)
+	} else {
+		r.acquire()
+	}
+	r.Reset(io.MultiReader(bytes.NewReader(pre), r.src))
+	_, _ = r.br.Peek(min(len(pre), r.br.Size()))
 }
 
 // Buffered returns how many bytes can be read without blocking. Forwarders
