@@ -109,7 +109,7 @@ func parseServeFlags(args []string, stdout, stderr io.Writer) (*config.Config, e
 		poolIdle    = fs.Duration("pool-idle-timeout", config.DefaultPoolIdleTimeout, "close a --backend route's pool after this long unused")
 		serverIdle  = fs.Duration("server-idle-timeout", config.DefaultServerIdleTimeout, "close server connections idle this long, down to --min-pool (to none for --backend pools)")
 		mode        = fs.String("mode", config.DefaultMode, "pooling `mode`: transaction or session")
-		zeroRTT     = fs.String("zero-rtt", config.ZeroRTTOff, "0-RTT requests of resumed QUIC clients: `off` (the QUIC front refuses 0-RTT) or read-only (accepted; every request waits for the handshake's confirmation); databases: entries may override it")
+		zeroRTT     = fs.String("zero-rtt", config.ZeroRTTOff, "0-RTT requests of resumed QUIC clients: `off` (the QUIC front refuses 0-RTT) or read-only (accepted: a plain simple-protocol read runs inside BEGIN READ ONLY before the handshake is confirmed, everything else waits for the confirmation); databases: entries may override it")
 		roleChanges = fs.String("role-changes", config.DefaultRoleChanges, "transaction mode, SET ROLE/SESSION AUTHORIZATION outside a transaction block: `refuse` (0A000) or pin (keep the server connection)")
 		sessState   = fs.String("session-state", config.DefaultSessionState, "transaction mode, temporary tables, LISTEN, session advisory locks, WITH HOLD cursors, SQL PREPARE: `pin` (keep the server connection while the state lasts) or error (0A000 outside a transaction block)")
 		tlsCert     = fs.String("tls-cert", "", "PEM certificate `file` for TCP TLS and QUIC; default: QUIC uses a generated self-signed certificate and TCP has no TLS")
