@@ -8,7 +8,7 @@ import (
 )
 
 // memoSeeds are texts whose runs of digits touch every token a digit can
-// touch: letters, '.', 'e', '_', '$', quotes, backslashes, E'' and U&''
+// touch: letters, '.', 'e', '_', '$', quotes, backslashes, E'…' and U&'…'
 // strings, dollar quotes and their tags, line and nested block comments,
 // radix prefixes and PostgreSQL 15/16 trailing junk.
 var memoSeeds = []string{
