@@ -58,21 +58,24 @@ func FuzzSameButIntegers(f *testing.F) {
 		checkSameButIntegers(t, a, b)
 		r := rand.New(rand.NewPCG(seed, uint64(len(a))))
 		for range 4 {
-			checkSameButIntegers(t, a, mutateDigits(a, r))
+			checkSameButIntegers(t, a, mutateDigits(a, r, seed&1 == 1))
 		}
 	})
 }
 
-// mutateDigits returns a with its runs of digits rewritten at random, and
-// now and then a digit inserted or removed anywhere.
-func mutateDigits(a string, r *rand.Rand) string {
+// mutateDigits returns a with its runs of digits rewritten at random,
+// and, when anywhere is set, now and then a digit inserted before any
+// byte, a byte dropped or a run of digits emptied. Without anywhere the
+// result differs from a in digits alone, the case SameButIntegers must
+// get right most often.
+func mutateDigits(a string, r *rand.Rand, anywhere bool) string {
 	var b strings.Builder
 	for i := 0; i < len(a); {
-		if r.IntN(16) == 0 {
+		if anywhere && r.IntN(16) == 0 {
 			b.WriteByte(byte('0' + r.IntN(10))) // a digit next to whatever follows
 		}
 		if !isDigit(a[i]) {
-			if r.IntN(64) != 0 {
+			if !anywhere || r.IntN(64) != 0 {
 				b.WriteByte(a[i])
 			}
 			i++
@@ -94,8 +97,12 @@ func mutateDigits(a string, r *rand.Rand) string {
 				b.WriteByte(byte('0' + r.IntN(10)))
 			}
 		case 3:
-			if r.IntN(2) == 0 {
-				b.WriteString(a[i : j-1])
+			if anywhere && r.IntN(2) == 0 {
+				break
+			}
+			b.WriteString(a[i : j-1])
+			if j-i == 1 {
+				b.WriteByte(byte('0' + r.IntN(10)))
 			}
 		}
 		i = j
@@ -153,5 +160,28 @@ func checkSameButIntegers(t *testing.T, a, b string) {
 	}
 	if sb := IntegerSpans(b, nil); len(sb) != len(spans) {
 		t.Fatalf("%q and %q: %d and %d integer constants", a, b, len(spans), len(sb))
+	}
+}
+
+// TestFuzzSameButIntegersBites checks that the fuzz target's digit-only
+// mutations are often taken by SameButIntegers, so the differential check
+// runs on more than equal texts.
+func TestFuzzSameButIntegersBites(t *testing.T) {
+	r := rand.New(rand.NewPCG(3, 4))
+	var tried, taken int
+	for _, a := range memoSeeds {
+		spans := IntegerSpans(a, nil)
+		for range 50 {
+			b := mutateDigits(a, r, false)
+			tried++
+			if b != a && SameButIntegers(a, b, spans) {
+				taken++
+				checkSameButIntegers(t, a, b)
+			}
+		}
+	}
+	t.Logf("%d of %d mutations taken", taken, tried)
+	if taken < tried/10 {
+		t.Fatalf("only %d of %d mutations taken", taken, tried)
 	}
 }
