@@ -209,6 +209,13 @@ type clientConn struct {
 	// early0RTT records that the dial returned before the handshake
 	// completed: the connection sent 0-RTT data (DialerConfig.ZeroRTT).
 	early0RTT bool
+	// settled records that watch has read the handshake's outcome into
+	// resumed and used0RTT. Until then an early connection counts as
+	// neither accepted nor refused: its HandshakeComplete channel may be
+	// closed already while watch has not run yet, and reading that as a
+	// refusal is what made a loaded machine report refusals that never
+	// happened.
+	settled bool
 }
 
 // DialerStats is a snapshot of the dialer's connections.
@@ -236,6 +243,9 @@ type DialerStats struct {
 	ZeroRTT int
 	// ZeroRTTRejected counts the live connections that sent 0-RTT data
 	// the server refused (its streams' bytes were sent again in 1-RTT).
+	// A connection that sent 0-RTT counts in Resumed, ZeroRTT or
+	// ZeroRTTRejected only once its handshake's outcome is recorded,
+	// just after the handshake completes; until then it counts in none.
 	ZeroRTTRejected int
 }
 
@@ -292,9 +302,20 @@ func NewDialer(cfg DialerConfig, logger *slog.Logger) (*Dialer, error) {
 func (d *Dialer) Dial(ctx context.Context) (net.Conn, error) {
 	var lastErr error
 	for attempt := 0; attempt < 2; attempt++ {
-		cc, err := d.pick(ctx)
+		cc, fresh, err := d.pick(ctx)
 		if err != nil {
 			return nil, err
+		}
+		if !fresh && d.cfg.ZeroRTT && !handshakeDone(cc.conn) {
+			// Only the stream its dial was for opens on a connection still
+			// in its handshake: quic-go reads the server's transport
+			// parameters when it opens a stream and writes them as the
+			// handshake proceeds, unsynchronized (quic-go issue 4303), so
+			// later streams wait for the handshake, at most a round trip.
+			if err := awaitHandshake(ctx, cc.conn); err != nil {
+				d.release(cc)
+				return nil, err
+			}
 		}
 		str, err := cc.conn.OpenStreamSync(ctx)
 		if err == nil {
@@ -446,7 +467,7 @@ func (d *Dialer) Stats() DialerStats {
 			}
 			if cc.used0RTT {
 				st.ZeroRTT++
-			} else if cc.early0RTT && handshakeDone(cc.conn) {
+			} else if cc.early0RTT && cc.settled {
 				st.ZeroRTTRejected++
 			}
 		}
@@ -457,17 +478,31 @@ func (d *Dialer) Stats() DialerStats {
 	return st
 }
 
-// pick returns a live connection with one stream reserved on it.
-func (d *Dialer) pick(ctx context.Context) (*clientConn, error) {
+// awaitHandshake waits until c's handshake completed, c died or ctx
+// ended; only the last is an error (opening a stream on a dead connection
+// reports its own).
+func awaitHandshake(ctx context.Context, c *quic.Conn) error {
+	select {
+	case <-c.HandshakeComplete():
+	case <-c.Context().Done():
+	case <-ctx.Done():
+		return fmt.Errorf("quicclient: waiting for the QUIC handshake: %w", ctx.Err())
+	}
+	return nil
+}
+
+// pick returns a live connection with one stream reserved on it, and
+// whether it was dialed for this stream.
+func (d *Dialer) pick(ctx context.Context) (*clientConn, bool, error) {
 	for {
 		d.mu.Lock()
 		if d.closed {
 			d.mu.Unlock()
-			return nil, ErrDialerClosed
+			return nil, false, ErrDialerClosed
 		}
 		if err := d.ensureTransport(); err != nil {
 			d.mu.Unlock()
-			return nil, err
+			return nil, false, err
 		}
 		var best *clientConn
 		empty, waitOn := -1, -1
@@ -497,20 +532,20 @@ func (d *Dialer) pick(ctx context.Context) (*clientConn, error) {
 			best != nil && empty < 0 && best.open < d.cfg.MaxStreamsPerConn:
 			best.open++
 			d.mu.Unlock()
-			return best, nil
+			return best, false, nil
 		case empty >= 0:
 			cc, err := d.dialSlot(ctx, empty) // unlocks d.mu
 			if err != nil {
-				return nil, err
+				return nil, false, err
 			}
-			return cc, nil
+			return cc, true, nil
 		default:
 			ch := d.dialing[waitOn]
 			d.mu.Unlock()
 			select {
 			case <-ch:
 			case <-ctx.Done():
-				return nil, fmt.Errorf("quicclient: waiting for a QUIC connection: %w", ctx.Err())
+				return nil, false, fmt.Errorf("quicclient: waiting for a QUIC connection: %w", ctx.Err())
 			}
 		}
 	}
@@ -537,7 +572,13 @@ func (d *Dialer) dialSlot(ctx context.Context, i int) (*clientConn, error) {
 		_ = conn.CloseWithError(quicwire.AppCode(ErrCodeNoError), "dialer closed")
 		return nil, ErrDialerClosed
 	}
-	cc := &clientConn{conn: conn, slot: i, open: 1, resumed: conn.ConnectionState().TLS.DidResume, early0RTT: !handshakeDone(conn)}
+	// An early connection's state is read once its handshake completed
+	// (watch): before that, quic-go's ConnectionState reads the peer's
+	// transport parameters while the connection's goroutine writes them.
+	cc := &clientConn{conn: conn, slot: i, open: 1, early0RTT: !handshakeDone(conn)}
+	if !cc.early0RTT {
+		cc.resumed = conn.ConnectionState().TLS.DidResume
+	}
 	if !d.cfg.NoCoalescing {
 		cc.co = quicwire.NewCoalescer(conn.Context())
 	}
@@ -561,8 +602,7 @@ func (d *Dialer) dialConn(ctx context.Context, tr *quic.Transport) (*quic.Conn, 
 	if err != nil {
 		return nil, fmt.Errorf("quicclient: dial %s: %w", d.cfg.Addr, err)
 	}
-	d.log.Debug("QUIC connection established", "addr", raddr.String(), "resumed", conn.ConnectionState().TLS.DidResume,
-		"handshake_done", handshakeDone(conn))
+	d.log.Debug("QUIC connection established", "addr", raddr.String(), "handshake_done", handshakeDone(conn))
 	return conn, nil
 }
 
@@ -609,7 +649,7 @@ func (d *Dialer) watch(cc *clientConn) {
 		case <-cc.conn.HandshakeComplete():
 			cs := cc.conn.ConnectionState()
 			d.mu.Lock()
-			cc.used0RTT, cc.resumed = cs.Used0RTT, cs.TLS.DidResume
+			cc.used0RTT, cc.resumed, cc.settled = cs.Used0RTT, cs.TLS.DidResume, true
 			d.mu.Unlock()
 			if cc.early0RTT && !cs.Used0RTT {
 				d.log.Debug("the pooler refused the connection's 0-RTT data; its sessions send it again in 1-RTT", "addr", d.cfg.Addr)

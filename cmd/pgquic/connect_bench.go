@@ -712,7 +712,9 @@ func resumedSession(t benchTarget, pin, cert, key, cacheFile, connString string,
 // about when a 0-RTT request's answer arrives) and reports whether the
 // pooler accepted its 0-RTT data.
 func zeroRTTAccepted(d *quicclient.Dialer) bool {
-	deadline := time.Now().Add(time.Second)
+	// The outcome is known within a round trip of the answer; the
+	// deadline only bounds a connection that died without one.
+	deadline := time.Now().Add(10 * time.Second)
 	for time.Now().Before(deadline) {
 		st := d.Stats()
 		if st.ZeroRTT > 0 {

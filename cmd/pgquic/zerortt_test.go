@@ -56,9 +56,26 @@ func zeroRTTSetup(t *testing.T, ctx context.Context) (srv, other *server, sessio
 	}
 	srv, other = start(), start()
 	cache := filepath.Join(dir, "session-cache")
+	paths := map[string]string{}
 	session = func(addr, sql string) quicclient.DialerStats {
 		t.Helper()
-		d, err := quicclient.NewDialer(quicclient.DialerConfig{Addr: addr, Conns: 1,
+		// The server's datagrams arrive 5 ms late, as on any real path:
+		// over bare loopback a client may still be opening its 0-RTT
+		// stream while quic-go processes the server's answer, an
+		// unsynchronized access (quic-go issue 4303) the race detector
+		// reports now and then.
+		// One path per address for the whole test, closed at its end, so
+		// every client's closing packet reaches the server.
+		path, ok := paths[addr]
+		if !ok {
+			p, err := udpcapture.NewDelayed(addr, 5*time.Millisecond)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { p.Close() })
+			path, paths[addr] = p.Addr(), p.Addr()
+		}
+		d, err := quicclient.NewDialer(quicclient.DialerConfig{Addr: path, Conns: 1,
 			PinSHA256: srv.quic.Fingerprint(), CertFile: cert, KeyFile: key, LocalStartup: true,
 			SessionCacheFile: cache, ZeroRTT: true}, nil)
 		if err != nil {
@@ -123,22 +140,12 @@ func TestZeroRTTServe(t *testing.T) {
 	accepted := func() float64 {
 		return sum(scrape(t, srv), "pgquic_pooler_zero_rtt_requests_total", `outcome="accepted"`)
 	}
-	// Under load the server now and then refuses a connection's 0-RTT
-	// (the client resends in 1-RTT; quicclient's tests check that), so
-	// the read may be tried again, at most twice.
-	for attempt := 1; ; attempt++ {
-		before := accepted()
-		st := session(addr, "SELECT count(*) FROM z0")
-		if st.ZeroRTT == 1 {
-			if got := accepted(); got != before+1 {
-				t.Fatalf("zero_rtt accepted %v -> %v, want one more", before, got)
-			}
-			break
-		}
-		if attempt == 3 {
-			t.Fatalf("a new process with a ticket, %d attempts: %+v, want its connection's 0-RTT accepted", attempt, st)
-		}
-		t.Logf("0-RTT refused (attempt %d: %+v); again", attempt, st)
+	before := accepted()
+	if st := session(addr, "SELECT count(*) FROM z0"); st.ZeroRTT != 1 {
+		t.Fatalf("a new process with a ticket: %+v, want its connection's 0-RTT accepted", st)
+	}
+	if got := accepted(); got != before+1 {
+		t.Fatalf("zero_rtt accepted %v -> %v, want one more", before, got)
 	}
 	session(addr, "INSERT INTO z0 VALUES (1)")
 	if n := rows(); n != "1" {
@@ -209,27 +216,13 @@ func TestZeroRTTReplay(t *testing.T) {
 
 	// A read's flight replayed runs at most that read, read-only, once
 	// per replay, and leaves nothing behind either.
-	// A read may be retried: under load the server now and then refuses
-	// a connection's 0-RTT (the client then resends the bytes in 1-RTT,
-	// which quicclient's own tests check), and only a flight whose 0-RTT
-	// was accepted is worth replaying here. The write above is not
-	// retried, since a refused flight would run it in 1-RTT.
-	var readProxy *udpcapture.Proxy
-	for attempt := 1; ; attempt++ {
-		p, err := udpcapture.New(addr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer p.Close()
-		st := session(p.Addr(), "SELECT count(*) FROM z0")
-		if st.ZeroRTT == 1 {
-			readProxy = p
-			break
-		}
-		if attempt == 3 {
-			t.Fatalf("the genuine read, %d attempts: %+v, want 0-RTT accepted", attempt, st)
-		}
-		t.Logf("the genuine read's 0-RTT was refused (attempt %d: %+v); again", attempt, st)
+	readProxy, err := udpcapture.New(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer readProxy.Close()
+	if st := session(readProxy.Addr(), "SELECT count(*) FROM z0"); st.ZeroRTT != 1 {
+		t.Fatalf("the genuine read: %+v, want 0-RTT accepted", st)
 	}
 	accepted := func() float64 {
 		return sum(scrape(t, srv), "pgquic_pooler_zero_rtt_requests_total", `outcome="accepted"`)
