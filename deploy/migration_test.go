@@ -41,7 +41,9 @@ func TestReplicaMigration(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts PostgreSQL and two pooler processes")
 	}
-	replicaMigration(t, 0)
+	replicaMigration(t, func(t *testing.T, balancer string) migrationPath {
+		return migrationPath{front: balancer, move: func() (net.IP, error) { return net.IPv4(127, 0, 0, 2), nil }}
+	})
 }
 
 // TestReplicaMigrationWAN is TestReplicaMigration with the clients 150 ms
@@ -53,12 +55,46 @@ func TestReplicaMigrationWAN(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts PostgreSQL and two pooler processes")
 	}
-	replicaMigration(t, 150*time.Millisecond)
+	replicaMigration(t, func(t *testing.T, balancer string) migrationPath {
+		relay, err := wan.New(wan.Config{Listen: "127.0.0.1:0", Upstream: balancer, RTT: 150 * time.Millisecond}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := relay.Start(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = relay.Close() })
+		return migrationPath{front: relay.Addr(), rtt: 150 * time.Millisecond,
+			move: func() (net.IP, error) { return net.IPv4(127, 0, 0, 2), nil }}
+	})
 }
 
-// replicaMigration runs the replica migration test with the clients rtt
-// away from the balancer (0: on loopback, directly).
-func replicaMigration(t *testing.T, rtt time.Duration) {
+// migrationPath is how the Dialers of the replica migration test reach
+// the balancer.
+type migrationPath struct {
+	front string        // the address the Dialers dial
+	rtt   time.Duration // the path's round trip
+	// in runs fn where the clients live (nil: here), so a Dialer's
+	// sockets, which it binds at its first dial and at a move, are there.
+	in func(fn func() error) error
+	// move returns the local address the Dialers move to.
+	move func() (net.IP, error)
+	// flows, when set, counts the client flows the path has carried, so
+	// the test can check that each move arrived as a new one.
+	flows func() uint64
+}
+
+// run runs fn where the path's clients live.
+func (p migrationPath) run(fn func() error) error {
+	if p.in == nil {
+		return fn()
+	}
+	return p.in(fn)
+}
+
+// replicaMigration runs the replica migration test with the Dialers
+// reaching the balancer by the path newPath returns for its address.
+func replicaMigration(t *testing.T, newPath func(t *testing.T, balancer string) migrationPath) {
 	cluster := pgtest.New(t, pgtest.Options{})
 	cert, key, tickets, reset := writeSharedKeys(t)
 	replica := func(id int) *runningServe {
@@ -73,18 +109,8 @@ func replicaMigration(t *testing.T, rtt time.Duration) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = lb.Close() }) // after the Dialers' cleanup
-	front := lb.Addr().String()
-	if rtt > 0 {
-		relay, err := wan.New(wan.Config{Listen: "127.0.0.1:0", Upstream: front, RTT: rtt}, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := relay.Start(context.Background()); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = relay.Close() })
-		front = relay.Addr()
-	}
+	path := newPath(t, lb.Addr().String())
+	rtt := path.rtt
 
 	// At least 6 Dialers of 3 sessions, more until both replicas carry
 	// some: each connection's first Initial goes by a hash of its random
@@ -102,10 +128,16 @@ func replicaMigration(t *testing.T, rtt time.Duration) {
 	var ds []*quicclient.Dialer
 	var conns []*pgconn.PgConn
 	for len(ds) < minDialers || (len(ds) < maxDialers && slices.Contains(sessions(), 0)) {
-		d, pc := dialerThrough(t, front, cert, cluster, 1, migrationKeepAlive)
+		d, pc := dialerThrough(t, path.front, cert, cluster, 1, migrationKeepAlive)
 		ds = append(ds, d)
-		for range sessionsPer {
-			c, err := pgconn.ConnectConfig(ctx, pc)
+		for i := range sessionsPer {
+			var c *pgconn.PgConn
+			connect := func() (err error) { c, err = pgconn.ConnectConfig(ctx, pc); return err }
+			if i == 0 {
+				err = path.run(connect) // the Dialer binds its socket
+			} else {
+				err = connect()
+			}
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -129,16 +161,29 @@ func replicaMigration(t *testing.T, rtt time.Duration) {
 	}
 	load.AwaitQueries(t, queriesIn(time.Second/3))
 	awaitPast(rebindAt.Add(2 * time.Second)) // the blip's queries all finished
+	to, err := path.move()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var flowsBefore uint64
+	if path.flows != nil {
+		flowsBefore = path.flows()
+	}
 	moveAt := time.Now()
 	for _, d := range ds {
-		if err := d.Migrate(ctx, &net.UDPAddr{IP: net.IPv4(127, 0, 0, 2)}); err != nil {
-			t.Fatalf("migrate: %v", err)
+		if err := path.run(func() error { return d.Migrate(ctx, &net.UDPAddr{IP: to}) }); err != nil {
+			t.Fatalf("migrate to %s: %v", to, err)
 		}
 	}
 	load.AwaitQueries(t, queriesIn(time.Second))
 	awaitPast(moveAt.Add(time.Second + rtt))
 	load.Stop()
 
+	if path.flows != nil {
+		if n := path.flows() - flowsBefore; n < uint64(len(ds)) {
+			t.Errorf("the path carried %d new client flows after %d Dialers moved, want one each", n, len(ds))
+		}
+	}
 	queries, errs := load.Queries()
 	if len(errs) != 0 {
 		t.Errorf("%d of %d queries failed, first: %v", len(errs), queries, errs[0])

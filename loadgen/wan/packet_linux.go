@@ -42,6 +42,8 @@ type PacketPath struct {
 	mu      sync.Mutex
 	closed  bool
 	conns   map[net.Conn]struct{}
+	// extraAddrs counts the client addresses AddClientAddress added.
+	extraAddrs int
 	flows   map[netip.AddrPort]*packetFlow
 	closeMu sync.Once
 
@@ -148,6 +150,34 @@ func (p *PacketPath) ClientNetns() string { return p.ns.client }
 
 // ServerNetns names the namespace of the server-side relay.
 func (p *PacketPath) ServerNetns() string { return p.ns.server }
+
+// AddClientAddress gives the client namespace one more address, the next
+// of 198.18.0.3, 198.18.0.4, ... (at most 250), reachable across the same
+// links: the client's TUN device takes it and the server namespace routes
+// it back through its own. A client that binds a socket to it and moves
+// its QUIC connections there changes its address as a phone moving to
+// another network does: new source address and port, same path. The
+// addresses go with the namespaces at Close.
+func (p *PacketPath) AddClientAddress() (netip.Addr, error) {
+	p.mu.Lock()
+	if p.closed || p.extraAddrs >= 250 {
+		p.mu.Unlock()
+		return netip.Addr{}, errors.New("wan: no client address left to add")
+	}
+	p.extraAddrs++
+	a := netip.AddrFrom4([4]byte{198, 18, 0, byte(2 + p.extraAddrs)})
+	p.mu.Unlock()
+	host := a.String() + "/32"
+	for _, args := range [][]string{
+		{"-n", p.ns.client, "addr", "add", host, "dev", tunName},
+		{"-n", p.ns.server, "route", "add", host, "dev", tunName},
+	} {
+		if err := ipCmd(args...); err != nil {
+			return netip.Addr{}, fmt.Errorf("wan: add client address %s: %w", a, err)
+		}
+	}
+	return a, nil
+}
 
 // Stats returns a snapshot of the counters.
 func (p *PacketPath) Stats() PacketStats {

@@ -469,3 +469,69 @@ func TestPacketTrace(t *testing.T) {
 	}
 	t.Logf("64 KiB echoed in %v; up %+v", d, st.Up)
 }
+
+// TestPacketClientAddress: a socket bound to an address AddClientAddress
+// gave the client namespace reaches the upstream across the links, which
+// sees it as a flow of its own (another source port), and gets its answer
+// back; the old address keeps working.
+func TestPacketClientAddress(t *testing.T) {
+	needPacket(t)
+	echo, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer echo.Close()
+	seen := make(chan string, 8)
+	go func() {
+		buf := make([]byte, 1500)
+		for {
+			n, from, err := echo.ReadFromUDP(buf)
+			if err != nil {
+				return
+			}
+			seen <- from.String()
+			_, _ = echo.WriteToUDP(buf[:n], from)
+		}
+	}()
+	p := startPacket(t, Config{Upstream: echo.LocalAddr().String(), RTT: 20 * time.Millisecond})
+	extra, err := p.AddClientAddress()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if extra.String() != "198.18.0.3" {
+		t.Fatalf("first added address %s, want 198.18.0.3", extra)
+	}
+	ra, _ := net.ResolveUDPAddr("udp4", p.Addr())
+	ask := func(local net.IP) string {
+		t.Helper()
+		var c *net.UDPConn
+		if err := InNetns(p.ClientNetns(), func() error {
+			var err error
+			c, err = net.ListenUDP("udp4", &net.UDPAddr{IP: local})
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		if _, err := c.WriteToUDP([]byte("ping "+local.String()), ra); err != nil {
+			t.Fatal(err)
+		}
+		_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+		buf := make([]byte, 64)
+		n, from, err := c.ReadFromUDP(buf)
+		if err != nil {
+			t.Fatalf("from %s: %v", local, err)
+		}
+		if string(buf[:n]) != "ping "+local.String() || from.String() != p.Addr() {
+			t.Fatalf("from %s: %q from %s", local, buf[:n], from)
+		}
+		return <-seen
+	}
+	a, b := ask(net.ParseIP(ClientIP)), ask(net.IP(extra.AsSlice()))
+	if a == b {
+		t.Fatalf("both client addresses reached the upstream from %s, want two flows", a)
+	}
+	if got := ask(net.ParseIP(ClientIP)); got == "" {
+		t.Fatal("the first address stopped working")
+	}
+}
