@@ -602,7 +602,14 @@ func (d *Dialer) dialConn(ctx context.Context, tr *quic.Transport) (*quic.Conn, 
 	if err != nil {
 		return nil, fmt.Errorf("quicclient: dial %s: %w", d.cfg.Addr, err)
 	}
-	d.log.Debug("QUIC connection established", "addr", raddr.String(), "handshake_done", handshakeDone(conn))
+	if handshakeDone(conn) {
+		d.log.Debug("QUIC connection established", "addr", raddr.String(), "handshake_done", true,
+			"resumed", conn.ConnectionState().TLS.DidResume)
+	} else {
+		// An early connection's state is read once its handshake completed
+		// (watch logs it then): see dialSlot.
+		d.log.Debug("QUIC connection established", "addr", raddr.String(), "handshake_done", false)
+	}
 	return conn, nil
 }
 
@@ -651,6 +658,7 @@ func (d *Dialer) watch(cc *clientConn) {
 			d.mu.Lock()
 			cc.used0RTT, cc.resumed, cc.settled = cs.Used0RTT, cs.TLS.DidResume, true
 			d.mu.Unlock()
+			d.log.Debug("QUIC handshake completed", "addr", d.cfg.Addr, "resumed", cs.TLS.DidResume, "used_0rtt", cs.Used0RTT)
 			if cc.early0RTT && !cs.Used0RTT {
 				d.log.Debug("the pooler refused the connection's 0-RTT data; its sessions send it again in 1-RTT", "addr", d.cfg.Addr)
 			}
