@@ -17,6 +17,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgproto3"
 
+	"github.com/pgquic/pgquic/internal/quictest"
 	"github.com/pgquic/pgquic/quicclient"
 )
 
@@ -287,11 +288,7 @@ func TestQuicclientLocalStartup(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer d.Close()
-	pcfg, err := pgconn.ParseConfig(fmt.Sprintf("postgres://%s@quic/postgres?sslmode=disable", cluster.SuperUser))
-	if err != nil {
-		t.Fatal(err)
-	}
-	pcfg.DialFunc, pcfg.LookupFunc = d.DialFunc(), d.LookupFunc()
+	pcfg := quictest.PgConfigURL(t, d, fmt.Sprintf("postgres://%s@quic/postgres?sslmode=disable", cluster.SuperUser))
 	for i := range 2 {
 		// The previous session's stream closes behind its connection.
 		waitFor(t, func() bool { return d.Stats().Streams == 0 })

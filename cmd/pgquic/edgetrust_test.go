@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/pgquic/pgquic/internal/pgtest"
+	"github.com/pgquic/pgquic/internal/quictest"
 	"github.com/pgquic/pgquic/quicclient"
 )
 
@@ -68,13 +69,8 @@ func quicSession(ctx context.Context, t *testing.T, srv *server, certFile, keyFi
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = dialer.Close() })
-	pcfg, err := pgconn.ParseConfig(fmt.Sprintf("postgres://%s@quic/%s?sslmode=disable", user, database))
-	if err != nil {
-		t.Fatal(err)
-	}
+	pcfg := quictest.PgConfigURL(t, dialer, fmt.Sprintf("postgres://%s@quic/%s?sslmode=disable", user, database))
 	pcfg.Password = password
-	pcfg.DialFunc = dialer.DialFunc()
-	pcfg.LookupFunc = dialer.LookupFunc()
 	return pgconn.ConnectConfig(ctx, pcfg)
 }
 

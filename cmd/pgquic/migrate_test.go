@@ -10,6 +10,7 @@ import (
 
 	"github.com/pgquic/pgquic/config"
 	"github.com/pgquic/pgquic/internal/pgtest"
+	"github.com/pgquic/pgquic/internal/quictest"
 	"github.com/pgquic/pgquic/quicclient"
 )
 
@@ -29,11 +30,7 @@ func TestShowClientsFollowsMigration(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer d.Close()
-	pcfg, err := pgconn.ParseConfig(fmt.Sprintf("postgres://%s:%s@%s/postgres?sslmode=disable&application_name=mover", cluster.SuperUser, cluster.SuperPassword, srv.quic.Addr()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	pcfg.DialFunc, pcfg.LookupFunc = d.DialFunc(), d.LookupFunc()
+	pcfg := quictest.PgConfigURL(t, d, fmt.Sprintf("postgres://%s:%s@%s/postgres?sslmode=disable&application_name=mover", cluster.SuperUser, cluster.SuperPassword, srv.quic.Addr()))
 	c, err := pgconn.ConnectConfig(ctx, pcfg)
 	if err != nil {
 		t.Fatal(err)

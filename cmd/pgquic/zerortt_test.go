@@ -13,6 +13,7 @@ import (
 
 	"github.com/pgquic/pgquic/config"
 	"github.com/pgquic/pgquic/internal/pgtest"
+	"github.com/pgquic/pgquic/internal/quictest"
 	"github.com/pgquic/pgquic/internal/udpcapture"
 	"github.com/pgquic/pgquic/quicclient"
 )
@@ -82,11 +83,7 @@ func zeroRTTSetup(t *testing.T, ctx context.Context) (srv, other *server, sessio
 			t.Fatal(err)
 		}
 		defer d.Close()
-		pcfg, err := pgconn.ParseConfig(fmt.Sprintf("postgres://%s@quic/postgres?sslmode=disable", cluster.SuperUser))
-		if err != nil {
-			t.Fatal(err)
-		}
-		pcfg.DialFunc, pcfg.LookupFunc = d.DialFunc(), d.LookupFunc()
+		pcfg := quictest.PgConfigURL(t, d, fmt.Sprintf("postgres://%s@quic/postgres?sslmode=disable", cluster.SuperUser))
 		c, err := pgconn.ConnectConfig(ctx, pcfg)
 		if err != nil {
 			t.Fatal(err)

@@ -232,7 +232,15 @@ type Dialer interface {
 // shows.
 func PgConfig(t testing.TB, d Dialer) *pgconn.Config {
 	t.Helper()
-	cfg, err := pgconn.ParseConfig("postgres://u@quic/db?sslmode=disable")
+	return PgConfigURL(t, d, "postgres://u@quic/db?sslmode=disable")
+}
+
+// PgConfigURL is PgConfig for the connection string url (its user,
+// database, password and parameters; the host is only a name, since every
+// session is a stream to d's pooler).
+func PgConfigURL(t testing.TB, d Dialer, url string) *pgconn.Config {
+	t.Helper()
+	cfg, err := pgconn.ParseConfig(url)
 	if err != nil {
 		t.Fatal(err)
 	}
