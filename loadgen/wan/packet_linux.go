@@ -39,13 +39,13 @@ type PacketPath struct {
 	stop chan struct{}
 	wg   sync.WaitGroup
 
-	mu      sync.Mutex
-	closed  bool
-	conns   map[net.Conn]struct{}
+	mu     sync.Mutex
+	closed bool
+	conns  map[net.Conn]struct{}
 	// extraAddrs counts the client addresses AddClientAddress added.
 	extraAddrs int
-	flows   map[netip.AddrPort]*packetFlow
-	closeMu sync.Once
+	flows      map[netip.AddrPort]*packetFlow
+	closeMu    sync.Once
 
 	tcpTotal, udpTotal, dialErrors atomic.Uint64
 }
