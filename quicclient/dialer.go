@@ -302,20 +302,9 @@ func NewDialer(cfg DialerConfig, logger *slog.Logger) (*Dialer, error) {
 func (d *Dialer) Dial(ctx context.Context) (net.Conn, error) {
 	var lastErr error
 	for attempt := 0; attempt < 2; attempt++ {
-		cc, fresh, err := d.pick(ctx)
+		cc, err := d.pick(ctx)
 		if err != nil {
 			return nil, err
-		}
-		if !fresh && d.cfg.ZeroRTT && !handshakeDone(cc.conn) {
-			// Only the stream its dial was for opens on a connection still
-			// in its handshake: quic-go reads the server's transport
-			// parameters when it opens a stream and writes them as the
-			// handshake proceeds, unsynchronized (quic-go issue 4303), so
-			// later streams wait for the handshake, at most a round trip.
-			if err := awaitHandshake(ctx, cc.conn); err != nil {
-				d.release(cc)
-				return nil, err
-			}
 		}
 		str, err := cc.conn.OpenStreamSync(ctx)
 		if err == nil {
@@ -478,31 +467,17 @@ func (d *Dialer) Stats() DialerStats {
 	return st
 }
 
-// awaitHandshake waits until c's handshake completed, c died or ctx
-// ended; only the last is an error (opening a stream on a dead connection
-// reports its own).
-func awaitHandshake(ctx context.Context, c *quic.Conn) error {
-	select {
-	case <-c.HandshakeComplete():
-	case <-c.Context().Done():
-	case <-ctx.Done():
-		return fmt.Errorf("quicclient: waiting for the QUIC handshake: %w", ctx.Err())
-	}
-	return nil
-}
-
-// pick returns a live connection with one stream reserved on it, and
-// whether it was dialed for this stream.
-func (d *Dialer) pick(ctx context.Context) (*clientConn, bool, error) {
+// pick returns a live connection with one stream reserved on it.
+func (d *Dialer) pick(ctx context.Context) (*clientConn, error) {
 	for {
 		d.mu.Lock()
 		if d.closed {
 			d.mu.Unlock()
-			return nil, false, ErrDialerClosed
+			return nil, ErrDialerClosed
 		}
 		if err := d.ensureTransport(); err != nil {
 			d.mu.Unlock()
-			return nil, false, err
+			return nil, err
 		}
 		var best *clientConn
 		empty, waitOn := -1, -1
@@ -532,20 +507,20 @@ func (d *Dialer) pick(ctx context.Context) (*clientConn, bool, error) {
 			best != nil && empty < 0 && best.open < d.cfg.MaxStreamsPerConn:
 			best.open++
 			d.mu.Unlock()
-			return best, false, nil
+			return best, nil
 		case empty >= 0:
 			cc, err := d.dialSlot(ctx, empty) // unlocks d.mu
 			if err != nil {
-				return nil, false, err
+				return nil, err
 			}
-			return cc, true, nil
+			return cc, nil
 		default:
 			ch := d.dialing[waitOn]
 			d.mu.Unlock()
 			select {
 			case <-ch:
 			case <-ctx.Done():
-				return nil, false, fmt.Errorf("quicclient: waiting for a QUIC connection: %w", ctx.Err())
+				return nil, fmt.Errorf("quicclient: waiting for a QUIC connection: %w", ctx.Err())
 			}
 		}
 	}
