@@ -49,6 +49,12 @@ func TestMigrationSourceFollows(t *testing.T) {
 	a := dialFrom(t, s, "127.0.0.1")
 	roundTrip(t, ctx, a)
 	moveTo(t, ctx, a, "127.0.0.3")
+	// The client switches as soon as its probe is answered; the server
+	// moves its side when a packet from the new address arrives, which may
+	// be after the next stream was accepted (and its source looked at).
+	// Wait for the server's switch, then open the stream that must carry
+	// the source over.
+	waitServerPeer(t, s, "127.0.0.3:")
 	roundTrip(t, ctx, a)
 	s.mu.Lock()
 	var peer string
@@ -90,5 +96,28 @@ func TestServerIDConnectionIDs(t *testing.T) {
 		if _, err := NewServer(ServerConfig{Addr: "127.0.0.1:0", ServerID: id}, quictest.Echo{}, nil, nil); err == nil {
 			t.Errorf("ServerID %d accepted", id)
 		}
+	}
+}
+
+// waitServerPeer waits until the server's only connection has a remote
+// address starting with prefix: the server takes a client's new path when
+// the client's packets arrive from it, not when the client switches.
+func waitServerPeer(t *testing.T, s *testServer, prefix string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		s.mu.Lock()
+		var remote string
+		for sc := range s.conns {
+			remote = sc.conn.RemoteAddr().String()
+		}
+		s.mu.Unlock()
+		if strings.HasPrefix(remote, prefix) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the server's connection is still at %s after 10s, want %s*", remote, prefix)
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
 }
