@@ -90,14 +90,14 @@ func (s *session) syncParams(ctx context.Context, conn *backend.Conn) (pipelined
 		}
 		return "", nil
 	}
-	q, setUnreported, resetUnreported := s.syncQuery(conn, st)
+	q, setUnreported, all := s.syncQuery(conn, st)
 	if q == "" {
 		st.syncedKey = s.desiredKey()
 		return "", nil
 	}
 	st.stmts.DropUnnamed() // a simple Query destroys the unnamed statement
-	if s.proven {
-		st.synced(s, setUnreported, resetUnreported)
+	if s.proven && pipelinable(setUnreported) {
+		st.synced(s, setUnreported, all)
 		return q, nil
 	}
 	deadline := time.Now().Add(s.p.cfg.AcquireTimeout)
@@ -116,21 +116,38 @@ func (s *session) syncParams(ctx context.Context, conn *backend.Conn) (pipelined
 		return "", err
 	}
 	s.adoptReported(conn)
-	st.synced(s, setUnreported, resetUnreported)
+	st.synced(s, setUnreported, all)
 	s.proven = true
 	return "", nil
 }
 
 // syncQuery returns the query that brings conn's parameters (st) in line
-// with the client's, "" when they are already, and the unreported
-// parameters it sets and resets (for synced).
-func (s *session) syncQuery(conn *backend.Conn, st *serverState) (q string, setUnreported map[string]string, resetUnreported []string) {
+// with the client's, "" when they are already, the unreported parameters
+// it sets (for synced), and whether it starts with RESET ALL.
+//
+// A parameter an earlier client set that this one does not want goes back
+// to its default with RESET ALL, never with RESET of its name: the name
+// came from the earlier client's statement as the pooler read it, and the
+// server may have refused that statement (SET no_such_variable, a custom
+// name the server calls invalid) or may refuse the name now (a placeholder
+// whose prefix an extension reserved since). A RESET of it would fail, and
+// with it the whole sync, so this client's next statement would run with
+// the earlier client's values. RESET ALL cannot fail; everything this
+// client wants is then set again.
+func (s *session) syncQuery(conn *backend.Conn, st *serverState) (q string, setUnreported map[string]string, all bool) {
+	all = st.dirtyAll
+	for k := range st.set {
+		if _, ok := s.desired[k]; !ok {
+			all = true
+			break
+		}
+	}
 	// set_config takes the value exactly as a startup packet would, which a
 	// SET literal does not for list parameters such as search_path.
-	var sets, resets strings.Builder
+	var sets strings.Builder
 	for k, v := range s.desired {
 		if params.Reported(k) {
-			if conn.Params[k] == v && !st.dirtyAll {
+			if conn.Params[k] == v && !all {
 				continue
 			}
 		} else {
@@ -146,35 +163,46 @@ func (s *session) syncQuery(conn *backend.Conn, st *serverState) (q string, setU
 		}
 		fmt.Fprintf(&sets, "pg_catalog.set_config(%s, %s, false)", params.QuoteLiteral(k), params.QuoteValue(v))
 	}
-	for k := range st.set {
-		if _, ok := s.desired[k]; !ok {
-			fmt.Fprintf(&resets, "RESET %s;", params.QuoteIdent(k))
-			resetUnreported = append(resetUnreported, k)
-		}
-	}
-	if sets.Len() == 0 && resets.Len() == 0 {
-		return "", nil, nil
+	if sets.Len() == 0 && !all {
+		return "", nil, false
 	}
 	q = sets.String()
 	if q != "" {
 		q += ";"
 	}
-	q += resets.String()
-	if st.dirtyAll {
-		// An earlier client ran RESET ALL or set_config of a parameter we
-		// cannot name: start from the defaults again.
+	if all {
+		// An earlier client ran RESET ALL, set_config of a parameter we
+		// cannot name, or set one this client does not: start from the
+		// defaults again.
 		q = "RESET ALL;" + q
 	}
-	return q, setUnreported, resetUnreported
+	return q, setUnreported, all
 }
 
-// synced records that s's parameters were set on the connection.
-func (st *serverState) synced(s *session, set map[string]string, reset []string) {
+// pipelinable reports whether a parameter sync that sets these unreported
+// parameters may go ahead of the client's message without waiting for the
+// server's answer: only when no server process can refuse a value another
+// accepted (params.ValueChecked). A refused sync is rolled back whole,
+// and the client's statement behind it would run with the values an
+// earlier client left; waiting costs one round trip to the server, and a
+// refusal then reaches the client as the server's error.
+func pipelinable(unreported map[string]string) bool {
+	for k := range unreported {
+		if !params.ValueChecked(k) {
+			return false
+		}
+	}
+	return true
+}
+
+// synced records that s's parameters were set on the connection, after a
+// RESET ALL when all is set.
+func (st *serverState) synced(s *session, set map[string]string, all bool) {
+	if all {
+		clear(st.set)
+	}
 	for k, v := range set {
 		st.set[k] = v
-	}
-	for _, k := range reset {
-		delete(st.set, k)
 	}
 	st.dirtyAll = false
 	st.syncedKey = s.desiredKey()

@@ -163,3 +163,62 @@ func QuoteValue(v string) string {
 	b.WriteByte('\'')
 	return b.String()
 }
+
+// valueChecked are the unreported parameters whose every value PostgreSQL
+// accepts or refuses by the value alone: a value one server process took,
+// every server process of the same server takes. Others may be refused by
+// one process and taken by another, for what that process did before or
+// what the catalogs hold: temp_buffers once the process used temporary
+// tables, a custom placeholder (myapp.x, plpgsql.x) once its prefix is
+// reserved in that process, default_text_search_config or
+// default_tablespace after the object was dropped.
+var valueChecked = map[string]bool{}
+
+func init() {
+	for _, k := range strings.Fields(`
+		array_nulls backslash_quote bytea_output check_function_bodies
+		client_min_messages commit_siblings constraint_exclusion
+		cpu_index_tuple_cost cpu_operator_cost cpu_tuple_cost
+		cursor_tuple_fraction default_statistics_target
+		default_toast_compression default_transaction_deferrable
+		default_transaction_isolation default_transaction_read_only
+		effective_cache_size enable_async_append enable_bitmapscan
+		enable_gathermerge enable_hashagg enable_hashjoin
+		enable_incremental_sort enable_indexonlyscan enable_indexscan
+		enable_material enable_memoize enable_mergejoin enable_nestloop
+		enable_parallel_append enable_parallel_hash
+		enable_partition_pruning enable_partitionwise_aggregate
+		enable_partitionwise_join enable_seqscan enable_sort enable_tidscan
+		escape_string_warning extra_float_digits force_parallel_mode
+		from_collapse_limit geqo geqo_effort geqo_generations geqo_pool_size
+		geqo_seed geqo_selection_bias geqo_threshold gin_fuzzy_search_limit
+		gin_pending_list_limit hash_mem_multiplier
+		idle_in_transaction_session_timeout idle_session_timeout jit
+		jit_above_cost jit_inline_above_cost jit_optimize_above_cost
+		join_collapse_limit lock_timeout log_min_duration_statement
+		log_statement logical_decoding_work_mem maintenance_work_mem
+		max_parallel_maintenance_workers max_parallel_workers
+		max_parallel_workers_per_gather min_parallel_index_scan_size
+		min_parallel_table_scan_size parallel_leader_participation
+		parallel_setup_cost parallel_tuple_cost plan_cache_mode
+		quote_all_identifiers random_page_cost recursive_worktable_factor
+		row_security search_path seq_page_cost statement_timeout
+		synchronize_seqscans synchronous_commit track_io_timing
+		transform_null_equals vacuum_cost_delay vacuum_cost_limit
+		vacuum_cost_page_dirty vacuum_cost_page_hit vacuum_cost_page_miss
+		vacuum_freeze_min_age vacuum_freeze_table_age
+		vacuum_multixact_freeze_min_age vacuum_multixact_freeze_table_age
+		work_mem xmlbinary xmloption`) {
+		valueChecked[k] = true
+	}
+}
+
+// ValueChecked reports whether a value of name that one server process
+// accepted every process of the server accepts: setting it cannot fail on
+// the next connection, so the pooler may pipeline the set_config ahead of a
+// client's statement. For any other parameter a refusal would let the
+// statement run with another client's value; the pooler waits for the
+// server's answer first.
+func ValueChecked(name string) bool {
+	return reported[name] || valueChecked[strings.ToLower(name)]
+}

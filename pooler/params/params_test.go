@@ -79,3 +79,19 @@ func TestKey(t *testing.T) {
 		t.Errorf("reapply %q for reported values only", q)
 	}
 }
+
+// TestValueChecked: the parameters whose values no server process refuses
+// that another accepted, and a few it must not claim (their acceptance
+// depends on the process or the catalogs), in any spelling.
+func TestValueChecked(t *testing.T) {
+	for _, k := range []string{"search_path", "Search_Path", "work_mem", "enable_seqscan", "statement_timeout", "TimeZone", "application_name"} {
+		if !ValueChecked(k) {
+			t.Errorf("ValueChecked(%q) = false", k)
+		}
+	}
+	for _, k := range []string{"temp_buffers", "default_text_search_config", "default_tablespace", "temp_tablespaces", "plpgsql.extra_warnings", "myapp.tenant", "role", "no_such_variable"} {
+		if ValueChecked(k) {
+			t.Errorf("ValueChecked(%q) = true", k)
+		}
+	}
+}
