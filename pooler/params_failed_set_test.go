@@ -1,6 +1,7 @@
 package pooler_test
 
 import (
+	"context"
 	"errors"
 	"testing"
 	"time"
@@ -19,14 +20,7 @@ import (
 // connection's values, not its own (PostgreSQL's tsearch test saw a Seq
 // Scan for an EXPLAIN that expected an index).
 func TestFailedSetOfOneClientKeepsAnothersSettings(t *testing.T) {
-	cluster := sharedCluster(t)
-	ctx := testCtx(t, 2*time.Minute)
-	h := newHarness(t, harnessOpts{cluster: cluster, poolSize: 1})
-	a := h.connect(ctx, t)
-	b := h.connectWith(ctx, t, ownAppName)
-	if _, err := b.PgConn().Exec(ctx, "SET enable_seqscan = off").ReadAll(); err != nil {
-		t.Fatal(err)
-	}
+	ctx, a, b := sharingPair(t, "SET enable_seqscan = off")
 	for _, bad := range []string{
 		"SET no_such_variable TO 42",
 		`SET custom."bad-guc" = 42`,
@@ -70,14 +64,7 @@ func TestFailedSetOfOneClientKeepsAnothersSettings(t *testing.T) {
 // Now the pooler waits for the answer to such a sync, and the refusal
 // reaches the client as the server's error in place of its statement.
 func TestSyncRefusedByOneProcessIsNotPipelined(t *testing.T) {
-	cluster := sharedCluster(t)
-	ctx := testCtx(t, 2*time.Minute)
-	h := newHarness(t, harnessOpts{cluster: cluster, poolSize: 1})
-	a := h.connect(ctx, t)
-	b := h.connectWith(ctx, t, ownAppName)
-	if _, err := b.PgConn().Exec(ctx, "SET temp_buffers = '16MB'").ReadAll(); err != nil {
-		t.Fatal(err)
-	}
+	ctx, a, b := sharingPair(t, "SET temp_buffers = '16MB'")
 	pidB := simpleOne(ctx, t, b.PgConn(), "SELECT pg_backend_pid()")
 	// A uses a temporary table in a transaction block (which keeps it
 	// unpinned): the server process's local buffers now exist, at the
@@ -114,15 +101,30 @@ func TestSyncRefusedByOneProcessIsNotPipelined(t *testing.T) {
 		// A borrows the connection again, so B has to sync again.
 		simpleOne(ctx, t, a.PgConn(), "SELECT 1")
 	}
-	// B's own connection stays usable: it learns nothing wrong and still
-	// wants 16MB; A's settings are A's.
+	// The refusals left B's connection in step with the server (each
+	// was one ErrorResponse and ReadyForQuery), and B's value did not
+	// reach A.
+	if b.PgConn().IsClosed() {
+		t.Error("B's connection was closed")
+	}
 	if got := simpleOne(ctx, t, a.PgConn(), "SHOW temp_buffers"); got != "8MB" {
 		t.Errorf("A: temp_buffers = %q, want the default 8MB", got)
 	}
 }
 
-// ownAppName gives a client an application_name of its own, so its first
-// server connection needs a parameter sync, and with that its later syncs
-// may be pipelined (the pooler pipelines them only once a server accepted
-// the client's values).
-func ownAppName(c *pgx.ConnConfig) { c.RuntimeParams["application_name"] = "params_failed_set_b" }
+// sharingPair returns clients A and B of one pool with a single server
+// connection, B having run set. B has an application_name of its own, so
+// its first server connection needed a parameter sync, and with that its
+// later syncs may be pipelined (the pooler pipelines them only once a
+// server accepted the client's values).
+func sharingPair(t *testing.T, set string) (context.Context, *pgx.Conn, *pgx.Conn) {
+	t.Helper()
+	ctx := testCtx(t, 2*time.Minute)
+	h := newHarness(t, harnessOpts{cluster: sharedCluster(t), poolSize: 1})
+	a := h.connect(ctx, t)
+	b := h.connectWith(ctx, t, func(c *pgx.ConnConfig) { c.RuntimeParams["application_name"] = "params_failed_set_b" })
+	if _, err := b.PgConn().Exec(ctx, set).ReadAll(); err != nil {
+		t.Fatalf("B: %s: %v", set, err)
+	}
+	return ctx, a, b
+}
