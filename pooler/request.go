@@ -3,6 +3,7 @@ package pooler
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"time"
@@ -31,9 +32,10 @@ import (
 //     (sendOut, serverwrite.go).
 //  4. Reply scan: once nothing more from the client is buffered,
 //     serveReplies reads the replies inline, or starts the relay
-//     goroutine; relayOne forwards rows untouched (relayRow) and matches
-//     every other message with the queue (interpretLocked, with the
-//     per-message work in relay.go), then delivers it (deliverLocked).
+//     goroutine; relayOne forwards rows untouched (relayRow), a run of
+//     the common replies already buffered in one pass (relayRun), and
+//     matches every other message with the queue (interpretLocked, with
+//     the per-message work in relay.go), then delivers it (deliverLocked).
 //  5. Release: at a ReadyForQuery that leaves nothing pending,
 //     atRestLocked decides, and finishRelease returns the connection to
 //     its pool (or the next rider of its lane).
@@ -379,13 +381,18 @@ func (s *session) relayOne(a *attachment) relayResult {
 		s.serverLost(a, err)
 		return relayLost
 	}
-	// Fast path: rows and notices change no state, unless they answer a
-	// quiet query of the pooler's own (the slow path swallows them).
+	// Fast paths: rows and notices change no state, unless they answer a
+	// quiet query of the pooler's own (the slow path swallows them), and
+	// the common replies of a request need only the queue's bookkeeping.
 	// Notifications take the slow path (see notificationLocked).
 	switch typ {
 	case 'D', 'd', 'N':
 		if a.quiet.Load() == 0 {
 			return s.relayRow(a)
+		}
+	case '1', '2', '3', 'T', 'n', 'C', 'I', 's':
+		if res, ok := s.relayRun(a, rd); ok {
+			return res
 		}
 	}
 	// Read the whole message before taking s.mu, for the same reason as
@@ -442,17 +449,34 @@ type restAction uint8
 // parameters are shared with the rider writing behind us, so its state
 // lock is taken around s.mu.
 func (s *session) relayMessage(a *attachment, rd *lanes.Rider, typ byte, body []byte) relayResult {
+	s.lockState(rd)
+	m := s.interpretLocked(a, rd, typ, body)
+	s.deliverLocked(a, &m)
+	rest := s.atRestLocked(a, rd, &m)
+	s.unlockState(rd)
+	return s.rested(a, rd, rest, m.result)
+}
+
+// lockState takes the locks a reply's handling needs: the shared
+// connection's state lock (when rd is not nil), then s.mu.
+func (s *session) lockState(rd *lanes.Rider) {
 	if rd != nil {
 		rd.Lane().LockState()
 	}
 	s.mu.Lock()
-	m := s.interpretLocked(a, rd, typ, body)
-	s.deliverLocked(a, &m)
-	rest := s.atRestLocked(a, rd, &m)
+}
+
+// unlockState releases what lockState took.
+func (s *session) unlockState(rd *lanes.Rider) {
 	s.mu.Unlock()
 	if rd != nil {
 		rd.Lane().UnlockState()
 	}
+}
+
+// rested carries out, with the locks released, what atRestLocked decided,
+// and returns what relayOne reports.
+func (s *session) rested(a *attachment, rd *lanes.Rider, rest restAction, res relayResult) relayResult {
 	switch rest {
 	case restLeftOpen:
 		return s.riderLeftOpen(a, rd)
@@ -460,7 +484,136 @@ func (s *session) relayMessage(a *attachment, rd *lanes.Rider, typ byte, body []
 		s.finishRelease(a)
 		return relayReleased
 	}
-	return m.result
+	return res
+}
+
+// relayRun handles in one pass the run of whole messages at the front of
+// the server's read buffer that mean nothing to the pooler beyond the
+// queue's bookkeeping (the common reply: ParseComplete, BindComplete,
+// RowDescription, DataRow, CommandComplete), and the ReadyForQuery that
+// ends the run: the locks are taken once, and the run's bytes go to the
+// client as one copy. It reports false, having done nothing, when the
+// first message is not of that kind or not wholly buffered; relayOne then
+// handles it alone.
+func (s *session) relayRun(a *attachment, rd *lanes.Rider) (relayResult, bool) {
+	r := a.conn.R
+	buf := r.Frames()
+	s.lockState(rd)
+	n, z := s.runLocked(a, buf)
+	if n == 0 {
+		s.unlockState(rd)
+		return relayMore, false
+	}
+	res, rest := relayMore, restNone
+	if z > 0 { // the ReadyForQuery that ends the run: its usual handling
+		m := s.interpretLocked(a, rd, 'Z', buf[n+wire.HeaderLen:n+z])
+		s.deliverLocked(a, &m)
+		rest = s.atRestLocked(a, rd, &m)
+		res = m.result
+		n += z
+	}
+	s.unlockState(rd)
+	r.Consume(n)
+	return s.rested(a, rd, rest, res), true
+}
+
+// runLocked does the bookkeeping of relayRun's run and writes its
+// messages to the client. It returns the bytes of buf it handled and,
+// when a whole ReadyForQuery follows them, that message's length (else
+// 0). A run takes no more than the client writer has room for, so no
+// write under the locks waits for the client's socket. s.mu (and a shared
+// connection's state lock) must be held.
+func (s *session) runLocked(a *attachment, buf []byte) (n, z int) {
+	gone := a.clientGone.Load()
+	s.cwMu.Lock()
+	room := s.clientWriter().Available()
+	seg := 0 // start of the bytes not yet written
+	for len(buf)-n >= wire.HeaderLen {
+		typ, size := buf[n], 1+int(binary.BigEndian.Uint32(buf[n+1:]))
+		if size < wire.HeaderLen || size > len(buf)-n {
+			break // not wholly buffered (or malformed: the slow path reports it)
+		}
+		if typ == 'Z' {
+			z = size
+			break
+		}
+		if !gone && n+size-seg > room || !s.takeLocked(a, typ, buf[n+wire.HeaderLen:n+size]) {
+			break
+		}
+		n += size
+		if e := a.front(); e != nil && e.kind == eSynthetic {
+			// The pooler's own reply comes next, after what the
+			// server sent before it.
+			s.writeRunLocked(gone, buf[seg:n])
+			s.cwMu.Unlock()
+			s.emitSynthetic(a)
+			s.cwMu.Lock()
+			seg, room = n, s.clientWriter().Available()
+		}
+	}
+	s.writeRunLocked(gone, buf[seg:n])
+	s.cwMu.Unlock()
+	if n == 0 {
+		z = 0 // nothing was taken: relayOne handles the ReadyForQuery alone
+	}
+	return n, z
+}
+
+// writeRunLocked copies b, whole messages, to the client writer, where
+// runLocked made room for it. s.cwMu must be held.
+func (s *session) writeRunLocked(gone bool, b []byte) {
+	if gone || len(b) == 0 {
+		return
+	}
+	_, _ = s.clientWriter().Write(b) // fits: no flush, so no error
+}
+
+// takeLocked does for one message of a run what interpretLocked would, and
+// reports false, doing nothing, for a message the run must leave to it: one
+// that answers the pooler's own or a held request, meets a held
+// ParameterDescription, or confirms state beyond a prepared statement (a
+// CommandComplete of DEALLOCATE, DISCARD or DROP). s.mu must be held.
+func (s *session) takeLocked(a *attachment, typ byte, body []byte) bool {
+	head := a.front()
+	if head == nil || head.quiet || head.early || a.heldT != nil {
+		return false
+	}
+	pop := false
+	switch typ {
+	case '1':
+		if head.kind != eParse || head.injected {
+			return false
+		}
+		a.st.stmts.Confirm(head.stmt, head.unnamed, s.id)
+		pop = true
+	case '2':
+		if head.kind != eBind || head.injected {
+			return false
+		}
+		pop = true
+	case '3':
+		if head.kind != eClose || head.injected {
+			return false
+		}
+		pop = true
+	case 'T', 'n':
+		if head.params != nil {
+			return false
+		}
+		pop = head.kind == eDescribe
+	case 'C', 'I', 's':
+		if typ == 'C' && len(body) > 0 && body[0] == 'D' {
+			return false
+		}
+		pop = head.kind == eExecute
+	case 'D':
+	default:
+		return false
+	}
+	if pop {
+		a.pop()
+	}
+	return true
 }
 
 // interpretLocked matches a server message with the entry at the head of

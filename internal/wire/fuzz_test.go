@@ -62,9 +62,9 @@ func FuzzReadStartup(f *testing.F) {
 	})
 }
 
-// FuzzReader drives Next with a fuzzed mix of Body, Forward, Skip and
-// implicit skips: no panic, lengths within the limit, and every frame
-// returned or forwarded byte for byte.
+// FuzzReader drives Next with a fuzzed mix of Body, Forward, Skip,
+// Frames with Consume, and implicit skips: no panic, lengths within the
+// limit, and every frame returned or forwarded byte for byte.
 func FuzzReader(f *testing.F) {
 	dataRow := []byte{'D', 0, 0, 0, 11, 0, 1, 0, 0, 0, 1, 'x'}
 	rfq := []byte{'Z', 0, 0, 0, 5, 'I'}
@@ -102,7 +102,7 @@ func FuzzReader(f *testing.F) {
 				t.Fatalf("header at %d does not match the input", off)
 			}
 			complete := off+wire.HeaderLen+n <= len(data)
-			switch ops[i%len(ops)] % 4 {
+			switch ops[i%len(ops)] % 5 {
 			case 0:
 				body, err := r.Body()
 				if err != nil {
@@ -139,6 +139,26 @@ func FuzzReader(f *testing.F) {
 				}
 			case 3:
 				// Leave the frame to the next Next.
+			case 4:
+				// Consume the whole frames Frames shows, as a forwarder
+				// of a run does; with none whole, leave the frame.
+				b := r.Frames()
+				if len(b) < wire.HeaderLen || !bytes.Equal(b, data[off:off+len(b)]) {
+					t.Fatalf("Frames at %d: %d bytes that are not the input's", off, len(b))
+				}
+				k := 0
+				for len(b)-k >= wire.HeaderLen {
+					size := 1 + int(binary.BigEndian.Uint32(b[k+1:]))
+					if size < wire.HeaderLen || size-wire.HeaderLen > limit || size > len(b)-k {
+						break
+					}
+					k += size
+				}
+				if k > 0 {
+					r.Consume(k)
+					off += k
+					continue
+				}
 			}
 			off += wire.HeaderLen + n
 		}

@@ -169,6 +169,32 @@ func (r *Reader) Peek() []byte {
 	return b
 }
 
+// Frames returns the bytes buffered from the header of the message Next
+// announced onwards, complete messages or not, without consuming them, or
+// nil when no message is announced. The slice aliases the read buffer and
+// is valid until the next call on the Reader. With Consume it lets a
+// forwarder handle a run of whole messages already in the buffer in one
+// pass instead of one Next and Body or Forward per message.
+func (r *Reader) Frames() []byte {
+	if !r.pending {
+		return nil
+	}
+	b, _ := r.br.Peek(r.br.Buffered())
+	return b
+}
+
+// Consume discards the first n bytes of what Frames returned, which must
+// be whole messages (the caller read their lengths), and with them the
+// message Next announced. n == 0 consumes nothing and leaves the message
+// announced.
+func (r *Reader) Consume(n int) {
+	if n == 0 || !r.pending {
+		return
+	}
+	r.pending = false
+	_, _ = r.br.Discard(n)
+}
+
 // Next reads the next message header and returns its type and body length.
 // Any unconsumed part of the previous message is skipped first.
 func (r *Reader) Next() (typ byte, bodyLen int, err error) {
