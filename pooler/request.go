@@ -526,7 +526,7 @@ func (s *session) relayRun(a *attachment, rd *lanes.Rider) (relayResult, bool) {
 func (s *session) runLocked(a *attachment, buf []byte) (n, z int) {
 	gone := a.clientGone.Load()
 	s.cwMu.Lock()
-	room := s.clientWriter().Available()
+	room := s.roomLocked(gone)
 	seg := 0 // start of the bytes not yet written
 	for len(buf)-n >= wire.HeaderLen {
 		typ, size := buf[n], 1+int(binary.BigEndian.Uint32(buf[n+1:]))
@@ -548,7 +548,7 @@ func (s *session) runLocked(a *attachment, buf []byte) (n, z int) {
 			s.cwMu.Unlock()
 			s.emitSynthetic(a)
 			s.cwMu.Lock()
-			seg, room = n, s.clientWriter().Available()
+			seg, room = n, s.roomLocked(gone)
 		}
 	}
 	s.writeRunLocked(gone, buf[seg:n])
@@ -557,6 +557,16 @@ func (s *session) runLocked(a *attachment, buf []byte) (n, z int) {
 		z = 0 // nothing was taken: relayOne handles the ReadyForQuery alone
 	}
 	return n, z
+}
+
+// roomLocked returns how many bytes the client writer takes without a
+// flush; a client that is gone is written nothing, so it takes no writer
+// from the pool. s.cwMu must be held.
+func (s *session) roomLocked(gone bool) int {
+	if gone {
+		return 0
+	}
+	return s.clientWriter().Available()
 }
 
 // writeRunLocked copies b, whole messages, to the client writer, where
