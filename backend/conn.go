@@ -13,6 +13,7 @@ import (
 
 	"github.com/jackc/puddle/v2"
 
+	"github.com/pgquic/pgquic/internal/rawsock"
 	"github.com/pgquic/pgquic/internal/wire"
 )
 
@@ -75,6 +76,9 @@ type Conn struct {
 	peekN   int
 	peekErr error
 	peekBuf [1]byte
+
+	flushFn func() error // c.flushThen, bound once for FlushOnRead
+	then    func()       // FlushOnRead's then, until the flush has run
 }
 
 // NetConn returns the underlying connection, so the holder can set deadlines
@@ -142,6 +146,40 @@ func (c *Conn) ReleaseAt(now time.Time) {
 	c.lastUsed = now
 	res.Release()
 	p.notifyReleased()
+}
+
+// FlushOnRead hands the flush of W to the next read of the server's socket,
+// which then flushes from inside its wait in the network poller and skips
+// the read that would find nothing before the reply (see
+// rawsock.Conn.BeforeRead), and reports true; on a connection whose socket
+// is not read with raw system calls (TLS), or with replies already
+// buffered, it does nothing and reports false, and the caller flushes.
+//
+// The holder calls it only when its own next action is that read, and only
+// for a request that has a reply to come: the read waits for one. then, if
+// not nil, runs after the flush, whatever its outcome (a pipelining holder
+// lets the next request be written behind its own).
+func (c *Conn) FlushOnRead(then func()) bool {
+	rc, ok := c.netConn.(*rawsock.Conn)
+	if !ok || c.R.Buffered() != 0 {
+		return false
+	}
+	if c.flushFn == nil {
+		c.flushFn = c.flushThen
+	}
+	c.then = then
+	rc.BeforeRead(c.flushFn)
+	return true
+}
+
+// flushThen is FlushOnRead's flush.
+func (c *Conn) flushThen() error {
+	err := c.W.Flush()
+	if f := c.then; f != nil {
+		c.then = nil
+		f()
+	}
+	return err
 }
 
 // Expired reports whether the connection is past its ServerLifetime, so a

@@ -279,7 +279,9 @@ func (s *session) noteReady(a *attachment, head *entry, status byte) {
 	}
 	now := time.Now()
 	a.readyAt = now // finishRelease's release time, a moment later
-	a.conn.ObserveQuery(now.Sub(head.start))
+	took := now.Sub(head.start)
+	a.conn.ObserveQuery(took)
+	s.slowReplies = took > flushOnReadAfter
 	if a.txStart.IsZero() {
 		a.txStart = head.start
 	}

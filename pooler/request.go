@@ -10,6 +10,7 @@ import (
 
 	"github.com/pgquic/pgquic/backend"
 	"github.com/pgquic/pgquic/internal/pgproto"
+	"github.com/pgquic/pgquic/internal/sqllex"
 	"github.com/pgquic/pgquic/internal/wire"
 	"github.com/pgquic/pgquic/pooler/lanes"
 )
@@ -44,7 +45,7 @@ import (
 func (s *session) loop(ctx context.Context) error {
 	for {
 		if s.cr.Buffered() == 0 {
-			if err := s.flushAll(); err != nil {
+			if err := s.flushAll(true); err != nil {
 				return err
 			}
 			if s.serveReplies() {
@@ -296,12 +297,13 @@ func (s *session) connect(ctx context.Context, b pipeBatch) (*backend.Conn, *lan
 func (s *session) serveReplies() bool {
 	s.mu.Lock()
 	a := s.att
+	inline := s.readsInlineLocked(a)
 	s.relayNotificationsLocked(a)
 	if a == nil || a.released || a.relaying || a.pending() == 0 {
 		s.mu.Unlock()
 		return false
 	}
-	if !s.lastSync {
+	if !inline {
 		s.startRelayLocked(a)
 		s.mu.Unlock()
 		return false
@@ -315,6 +317,16 @@ func (s *session) serveReplies() bool {
 		s.mu.Unlock()
 	}
 	return true
+}
+
+// readsInlineLocked reports whether serveReplies reads a's replies on the
+// owner (relayInline): replies are due, no relay goroutine runs or is to
+// run for a held LISTEN (relayNotificationsLocked), and the client's last
+// message was a synchronisation point. flushOnRead relies on it. s.mu must
+// be held.
+func (s *session) readsInlineLocked(a *attachment) bool {
+	return a != nil && !a.released && !a.relaying && a.pending() > 0 &&
+		s.lastSync && s.pin.held&sqllex.HeldListen == 0
 }
 
 // relayResult says what handling one server message led to.

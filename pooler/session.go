@@ -64,6 +64,9 @@ type session struct {
 	lastSync      bool              // the last client message was Sync, Query, FunctionCall, CopyDone or CopyFail
 	wlocked       bool              // owner holds wmu
 	wconn         *backend.Conn     // connection whose writer the owner must flush
+	flushRider    *lanes.Rider      // the rider whose writing a deferred flush ends (flushOnRead); owner only
+	slowReplies   bool              // the last request took over flushOnReadAfter to answer (noteReady); s.mu
+	doneWritingFn func()            // s.doneWriting, bound once so a deferred flush allocates nothing
 	scratch       []byte
 	authMax       int         // bound on the client's next authentication message, set by Send
 	out           []byte      // frames for the server staged while s.mu was held (see sendOut)
@@ -141,6 +144,7 @@ func newSession(p *Pooler, rwc io.ReadWriteCloser, peer Peer) *session {
 	s.rwc = s.countBytes(rwc)
 	s.cr = wire.NewReader(s.rwc, clientReadBuf, min(maxPasswordPacketLen-4, p.cfg.MaxMessageLen))
 	s.cwFn = s.clientWriter
+	s.doneWritingFn = s.doneWriting
 	s.log = s.logger(false)
 	return s
 }

@@ -266,7 +266,7 @@ func (s *session) awaitConfirmed(ctx context.Context) error {
 	default:
 	}
 	s.p.m.zeroRTT.WithLabelValues("deferred").Inc()
-	if err := s.flushAll(); err != nil {
+	if err := s.flushAll(false); err != nil {
 		return err
 	}
 	t := time.NewTicker(confirmPoll)

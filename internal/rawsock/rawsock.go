@@ -47,6 +47,7 @@ type Conn struct {
 	rn     int
 	rerr   error
 	readFn func(fd uintptr) bool // c.readFD, bound once so a Read allocates nothing
+	before func() error          // BeforeRead's fn, run by the next Read
 
 	wmu     sync.Mutex
 	wbuf    []byte // the caller's data while a Write runs
@@ -104,6 +105,12 @@ func (c *Conn) Read(p []byte) (int, error) {
 	c.rmu.Lock()
 	c.rbuf, c.rn, c.rerr = p, 0, nil
 	err := c.rc.Read(c.readFn)
+	if f := c.before; f != nil {
+		// The read failed before it looked at the socket (a deadline, a
+		// close): what fn would have sent still goes out.
+		c.before = nil
+		_ = f()
+	}
 	n, rerr := c.rn, c.rerr
 	c.rbuf, c.rerr = nil, nil
 	c.rmu.Unlock()
@@ -137,9 +144,42 @@ func (c *Conn) Write(p []byte) (int, error) {
 	return n, nil
 }
 
+// BeforeRead makes the next Read call fn (a flush of the request whose
+// reply it reads) from inside its wait in the network poller, and then wait
+// for the socket to become readable instead of first trying a read that
+// would find nothing. fn's error fails that Read.
+//
+// The poller is edge-triggered and forgets what it knew of the socket's
+// readiness as a read begins, so bytes that arrived before that moment
+// raise no new wake-up: a read must be tried once before waiting, and
+// between requests it finds nothing (EAGAIN), one system call per request.
+// Written from inside the read, the request goes out after that moment,
+// and its reply is new data that wakes the read. The caller must expect
+// one: a peer that sends nothing more after fn would leave the Read
+// waiting, even with bytes that came before. (A peer that closed, or
+// closes, makes fn's write fail or the read wake up: a connection reset
+// wakes the poller too.)
+//
+// Only the goroutine that makes the next Read may call BeforeRead.
+func (c *Conn) BeforeRead(fn func() error) {
+	c.rmu.Lock()
+	c.before = fn
+	c.rmu.Unlock()
+}
+
 // readFD is called by RawConn.Read with the socket: it reads once into
 // c.rbuf and returns false, to wait in the poller, when nothing is there.
+// Armed by BeforeRead, its first call runs the caller's fn instead and
+// waits.
 func (c *Conn) readFD(fd uintptr) bool {
+	if f := c.before; f != nil {
+		c.before = nil
+		if err := f(); err != nil {
+			c.rerr = err
+			return true
+		}
+		return false
+	}
 	for {
 		n, err := rawRead(fd, c.rbuf)
 		switch err {

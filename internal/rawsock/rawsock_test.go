@@ -317,3 +317,99 @@ func TestPeek(t *testing.T) {
 		time.Sleep(time.Millisecond)
 	}
 }
+
+// TestBeforeRead: the next Read runs fn once, before it reads, and returns
+// the reply fn's request drew, also when the peer answers before the
+// Read's wait begins; fn's error fails the Read; a Read that fails before
+// looking at the socket (an expired deadline) still runs fn; a peer that
+// has gone away wakes the Read (its reset, or its end of stream).
+func TestBeforeRead(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("raw reads are Linux only")
+	}
+	for _, network := range []string{"tcp", "unix"} {
+		t.Run(network, func(t *testing.T) {
+			w, p := pair(t, network)
+			rc := w.(*rawsock.Conn)
+			go func() { // an echo server
+				buf := make([]byte, 64)
+				for {
+					n, err := p.Read(buf)
+					if err != nil {
+						return
+					}
+					if _, err := p.Write(buf[:n]); err != nil {
+						return
+					}
+				}
+			}()
+			buf := make([]byte, 64)
+			for i := range 200 {
+				calls := 0
+				rc.BeforeRead(func() error {
+					calls++
+					_, err := rc.Write([]byte{byte(i)})
+					return err
+				})
+				n, err := rc.Read(buf)
+				if err != nil || n != 1 || buf[0] != byte(i) || calls != 1 {
+					t.Fatalf("round %d: Read = %d %q, %v; fn ran %d times", i, n, buf[:n], err, calls)
+				}
+			}
+
+			sentinel := errors.New("flush failed")
+			rc.BeforeRead(func() error { return sentinel })
+			if _, err := rc.Read(buf); !errors.Is(err, sentinel) {
+				t.Fatalf("Read after a failing fn = %v, want it to wrap %v", err, sentinel)
+			}
+
+			ran := false
+			rc.BeforeRead(func() error { ran = true; return nil })
+			_ = rc.SetReadDeadline(time.Unix(1, 0))
+			if _, err := rc.Read(buf); !errors.Is(err, os.ErrDeadlineExceeded) || !ran {
+				t.Fatalf("Read past its deadline = %v (fn ran: %v)", err, ran)
+			}
+			_ = rc.SetReadDeadline(time.Time{})
+		})
+	}
+}
+
+// TestBeforeReadPeerGone: the request is written to a peer that has
+// closed, whose end of stream arrived before the Read began, so no new
+// data will come: the Read must still end, with the end of stream or a
+// reset, not wait.
+func TestBeforeReadPeerGone(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("raw reads are Linux only")
+	}
+	w, p := pair(t, "tcp")
+	rc := w.(*rawsock.Conn)
+	_ = p.Close()
+	// Wait until the end of stream is there to be read.
+	raw, err := rc.SyscallConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		var n int
+		var perr error
+		_ = raw.Read(func(fd uintptr) bool { n, perr = rawsock.Peek(fd, make([]byte, 1)); return true })
+		if n == 0 && perr == nil {
+			break // EOF
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no end of stream from the closed peer")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	rc.BeforeRead(func() error { _, err := rc.Write([]byte("request")); return err })
+	_ = rc.SetReadDeadline(time.Now().Add(5 * time.Second))
+	_, err = rc.Read(make([]byte, 16))
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatal("the Read waited for a peer that had gone")
+	}
+	if err == nil {
+		t.Fatal("the Read of a peer that had gone returned data")
+	}
+}

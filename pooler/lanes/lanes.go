@@ -626,6 +626,11 @@ func (rd *Rider) Joined() bool { return rd.joined }
 // TakeTurn). Owner-only.
 func (rd *Rider) MyTurn() bool { return rd.myTurn }
 
+// Leads reports whether rd reads first on its connection now: it leads the
+// lane, or has had its turn, so AwaitTurn would not wait. A rider whose
+// turn was signalled but not yet taken reports false. Owner-only.
+func (rd *Rider) Leads() bool { return rd.myTurn || rd.turn == turnNow }
+
 // AwaitTurn waits until the riders ahead of rd have read their replies.
 // It returns the error that failed the lane, if any, and whether a cancel
 // the client asked for while it waited is due now (its request is the one
