@@ -708,6 +708,12 @@ func killAll(ctx context.Context, t testing.TB, d *pgx.Conn) {
 	if _, err := d.Exec(ctx, "select pg_terminate_backend(pid) from pg_stat_activity where pid <> pg_backend_pid() and backend_type = 'client backend'"); err != nil {
 		t.Fatal(err)
 	}
+	waitGone(ctx, t, d, pids...)
+}
+
+// waitGone waits until the server processes pids have exited.
+func waitGone(ctx context.Context, t testing.TB, d *pgx.Conn, pids ...int32) {
+	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		var left int

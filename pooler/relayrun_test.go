@@ -22,7 +22,7 @@ import (
 // path: rows on both sides of the client writer's 8 KiB and the server
 // reader's buffer, a pipeline of many results, a named statement the
 // pooler answers itself the second time, an error in mid-pipeline, a
-// notice between rows, a suspended portal, empty queries and DEALLOCATE.
+// notice between results, a suspended portal, empty queries and DEALLOCATE.
 func TestRepliesMatchTheServerByteForByte(t *testing.T) {
 	ctx := testCtx(t, 2*time.Minute)
 	c := sharedCluster(t)

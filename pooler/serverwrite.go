@@ -172,13 +172,20 @@ func (s *session) flushAll(readNext bool) error {
 // such replies the two ways cost the same system calls (measured), so the
 // plain one stays. rd, when not nil, is the rider whose writing ends with
 // the flush: the next request may then be written behind it.
+//
+// Nothing may wait for the client between now and that flush: on a shared
+// connection the next client's request is written only after it, so a
+// client too slow to read what it was sent would hold up another client.
+// Between here and the read the owner only flushes the client writer
+// (flushAll, relayOne), which costs nothing when it is empty; so a flush
+// is deferred only when the client writer holds nothing.
 func (s *session) flushOnRead(rd *lanes.Rider) bool {
 	s.mu.Lock()
 	a := s.att
 	ok := s.slowReplies && a != nil && a.conn == s.wconn && s.readsInlineLocked(a) &&
 		(a.rider == nil || a.rider.Leads())
 	s.mu.Unlock()
-	if !ok {
+	if !ok || !s.clientFlushed() {
 		return false
 	}
 	var then func()
@@ -190,6 +197,14 @@ func (s *session) flushOnRead(rd *lanes.Rider) bool {
 	}
 	s.flushRider = rd
 	return true
+}
+
+// clientFlushed reports whether the client writer holds no bytes, so that
+// flushing it cannot wait for the client.
+func (s *session) clientFlushed() bool {
+	s.cwMu.Lock()
+	defer s.cwMu.Unlock()
+	return s.cw == nil || s.cw.Buffered() == 0
 }
 
 // flushOnReadAfter is how long a client's last request must have taken to
