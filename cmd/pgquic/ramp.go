@@ -292,7 +292,7 @@ func parseRampFlags(args []string, stdout, stderr io.Writer) (*rampConfig, error
 	fs.StringVar(&rc.out, "out", "", "`directory` for ramp.json and report.html (default ramp-YYYYMMDD-HHMMSS in the current directory; '' with --json writes no directory)")
 	fs.StringVar(&rc.jsonFile, "json", "", "also write the report to this `file`")
 	fs.BoolVar(&rc.realtime, "realtime", true, "run this process and its children (emulators, throwaway PostgreSQL) under real-time round-robin scheduling when permitted (root or CAP_SYS_NICE), so the roles sharing this host do not wait on each other's time slices; --realtime=false for the default scheduler")
-	fs.StringVar(&rc.cpuProfile, "cpuprofile", "", "write a Go CPU profile of this process (client and in-process pooler) during the runs to `file`")
+	fs.StringVar(&rc.cpuProfile, "cpuprofile", "", "write a Go CPU profile of this process (client and in-process pooler) for each run, to `file` with the run's name before the extension (ramp.pprof: ramp.tcp+tls.pprof, ramp.quic.pprof)")
 	fs.StringVar(&rc.logLevel, "log-level", "warn", "log `level` of the pooler, emulator and PostgreSQL messages on stderr: debug, info, warn or error")
 	fs.StringVar(&rc.logFormat, "log-format", config.DefaultLogFormat, "log `format`: text or json")
 	rc.rtt, rc.from, rc.to, rc.duration = defaultRampRTT, defaultRampFrom, defaultRampTo, defaultRampDuration

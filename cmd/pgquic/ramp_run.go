@@ -151,23 +151,15 @@ func rampMain(ctx context.Context, rc *rampConfig, env rampEnv, stdout, stderr i
 	rs.printModel()
 
 	rep := rs.newReport(started)
-	if rc.cpuProfile != "" {
-		f, err := os.Create(rc.cpuProfile)
-		if err == nil {
-			err = pprof.StartCPUProfile(f)
-		}
-		if err != nil {
-			return fail(fmt.Errorf("--cpuprofile: %w", err))
-		}
-		defer func() {
-			pprof.StopCPUProfile()
-			_ = f.Close()
-		}()
-	}
 	var results []rampResult
 	var runErr error
 	for _, run := range rc.runs() {
+		stop, err := startRunProfile(rc.cpuProfile, runLabel(run, rs.runClientConfig(run)))
+		if err != nil {
+			return fail(err)
+		}
 		r, err := rs.runTransport(ctx, run)
+		stop()
 		if r != nil {
 			results = append(results, *r)
 			rep.Runs = append(rep.Runs, r.run)
@@ -179,9 +171,6 @@ func rampMain(ctx context.Context, rc *rampConfig, env rampEnv, stdout, stderr i
 		if ctx.Err() != nil {
 			break
 		}
-	}
-	if rc.cpuProfile != "" {
-		pprof.StopCPUProfile()
 	}
 	interrupted := ctx.Err() != nil
 
@@ -211,6 +200,32 @@ func rampMain(ctx context.Context, rc *rampConfig, env rampEnv, stdout, stderr i
 		return 1
 	}
 	return 0
+}
+
+// startRunProfile starts a Go CPU profile of one run into path with the
+// run's label before its extension (ramp.pprof becomes ramp.quic.pprof),
+// so each transport's cost can be read apart: one profile over all runs
+// mixes the TCP run's work with QUIC's, and both share the pooler. It
+// returns the function that stops and closes the profile; with no path it
+// does nothing.
+func startRunProfile(path, label string) (stop func(), err error) {
+	if path == "" {
+		return func() {}, nil
+	}
+	ext := filepath.Ext(path)
+	name := strings.TrimSuffix(path, ext) + "." + label + ext
+	f, err := os.Create(name)
+	if err != nil {
+		return nil, fmt.Errorf("--cpuprofile: %w", err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		_ = f.Close()
+		return nil, fmt.Errorf("--cpuprofile %s: %w", name, err)
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		_ = f.Close()
+	}, nil
 }
 
 // prepareOut makes sure the results can be written before anything is
