@@ -148,11 +148,11 @@ var CINodePostgresTransactionFiles = []string{
 }
 
 // CIPsycopgModules is the psycopg subset CI runs (pytest arguments):
-// modules without the tests psycopg marks slow whose tests all passed
+// modules without the tests psycopg marks slow or flakey (unpredictable even against a plain server), whose tests all passed
 // directly and through pgquic in session mode, chosen to cover connections,
 // cursors, COPY, pipelines, prepared statements, transactions and two-phase
 // commit in a few minutes.
-var CIPsycopgModules = append([]string{"-m", "not slow"},
+var CIPsycopgModules = append([]string{"-m", "not slow and not flakey"},
 	"tests/test_connection.py",
 	"tests/test_cursor.py",
 	"tests/test_client_cursor.py",
