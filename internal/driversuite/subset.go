@@ -148,7 +148,9 @@ var CINodePostgresTransactionFiles = []string{
 }
 
 // CIPsycopgModules is the psycopg subset CI runs (pytest arguments):
-// modules without the tests psycopg marks slow or flakey (unpredictable even against a plain server), whose tests all passed
+// modules without the tests psycopg marks slow or flakey (flakey: they fail
+// now and then even against a plain server, such as an error that may or
+// may not arrive before the next command is sent), whose tests all passed
 // directly and through pgquic in session mode, chosen to cover connections,
 // cursors, COPY, pipelines, prepared statements, transactions and two-phase
 // commit in a few minutes.
