@@ -199,9 +199,11 @@ func (s *session) acquireError(ctx, actx context.Context, err error) error {
 	return pgerr(pgproto.CodeConnectionFailure, "could not connect to the server", err)
 }
 
-// startAttachmentLocked makes conn the session's server connection and, in
-// session mode, starts its relay. s.mu must be held.
-func (s *session) startAttachmentLocked(conn *backend.Conn) *attachment {
+// startAttachmentLocked makes conn the session's server connection, shared
+// with other clients' requests when rd is not nil, and, in session mode,
+// starts its relay, which reads the attachment from then on. s.mu must be
+// held.
+func (s *session) startAttachmentLocked(conn *backend.Conn, rd *lanes.Rider) *attachment {
 	st := stateOf(conn)
 	a := s.att
 	if a != nil && a.released && !a.relaying {
@@ -212,7 +214,7 @@ func (s *session) startAttachmentLocked(conn *backend.Conn) *attachment {
 		a = &attachment{}
 	}
 	s.attGen++
-	a.conn, a.st, a.status, a.gen = conn, st, 'I', s.attGen
+	a.conn, a.st, a.status, a.gen, a.rider = conn, st, 'I', s.attGen, rd
 	s.att = a
 	a.stampAttach = true // s.lastRequest: the clock read of the request it serves (noteRequest)
 	if s.p.cfg.Mode == ModeSession {

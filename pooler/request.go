@@ -85,7 +85,7 @@ func (s *session) loop(ctx context.Context) error {
 		}
 		err = s.handle(ctx, typ)
 		if err == nil {
-			err = s.sendOut()
+			err = s.sendOut(ctx)
 		} else {
 			s.dropOut()
 		}
@@ -228,8 +228,7 @@ func (s *session) attachLocked(ctx context.Context) (*attachment, error) {
 	if err != nil {
 		return nil, err
 	}
-	a := s.startAttachmentLocked(conn)
-	a.rider = rd
+	a := s.startAttachmentLocked(conn, rd)
 	if rd != nil && rd.Joined() {
 		s.p.m.pipelined.Inc()
 	} else {

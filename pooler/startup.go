@@ -428,7 +428,7 @@ func (s *session) login(ctx context.Context, sp *startupParams, authenticated fu
 			// pg_stat_activity then mean what the client expects.
 			p.rekey(s, conn.PID)
 			s.mu.Lock()
-			s.startAttachmentLocked(conn)
+			s.startAttachmentLocked(conn, nil)
 			s.lastRequest = time.Now() // until the first request stamps it
 			s.mu.Unlock()
 		} else {
