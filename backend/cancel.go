@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -78,8 +79,10 @@ func (p *Pool) Cancel(ctx context.Context, pid uint32, secretKey []byte) error {
 	// for that (as libpq does) means the cancel has been signalled by the
 	// time Cancel returns.
 	if _, err := io.Copy(io.Discard, conn); err != nil && !errors.Is(err, net.ErrClosed) {
-		if ctxErr := dctx.Err(); ctxErr != nil {
-			return fmt.Errorf("backend: cancel pid %d: wait for close: %w", pid, ctxErr)
+		// The deadline is the context's, and the read can reach it a
+		// moment before the context reports it: both mean unconfirmed.
+		if ctxErr := dctx.Err(); ctxErr != nil || errors.Is(err, os.ErrDeadlineExceeded) {
+			return fmt.Errorf("backend: cancel pid %d: wait for close: %w", pid, errors.Join(ctxErr, err))
 		}
 		// A reset after the request was delivered still means delivered.
 		p.logger.Debug("backend: cancel connection ended with error", "pid", pid, "err", err)

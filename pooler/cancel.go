@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/pgquic/pgquic/backend"
+	"github.com/pgquic/pgquic/internal/pgproto"
 	"github.com/pgquic/pgquic/pooler/lanes"
 )
 
@@ -68,6 +69,7 @@ func (s *session) beginCancelLocked() (*backend.Conn, *cancelGroup) {
 		g.done = make(chan struct{})
 	}
 	g.n++
+	s.cancelsOut.Add(1)
 	return a.conn, g
 }
 
@@ -84,12 +86,78 @@ func (s *session) forwardCancel(ctx context.Context, conn *backend.Conn, g *canc
 	s.mu.Lock()
 	if err != nil {
 		g.failed = true
+		if a := s.att; a != nil && a.cancels == g && !a.released && a.rider == nil {
+			// The cancel may still land, on whatever the connection runs
+			// next: the connection goes, and the request still on it
+			// fails with 08006 through the relay's read. (A connection
+			// shared with other clients' requests is not this client's to
+			// close: it is destroyed when the client leaves it, by
+			// finishRelease.)
+			a.destroy = true
+			_ = a.conn.NetConn().Close()
+		}
 	}
 	g.n--
 	if g.n == 0 {
 		close(g.done)
 	}
+	s.cancelsOut.Add(-1)
 	s.mu.Unlock()
+}
+
+// awaitCancels holds the owner's next write to a's server while a cancel
+// forwarded for an earlier request of the session is still in flight.
+// PostgreSQL signals the cancelled process twice, the process and then its
+// process group (postmaster.c, signal_child), and closes the cancel
+// connection only after both. On a busy machine the second signal can come
+// after the first has ended the request, and it then stops whatever the
+// connection runs next: libpq's PQcancel waits for that close before it
+// returns for this reason. The pooler's own cancels (query_timeout, a
+// client gone, a cancel deferred on a shared connection) have no client
+// waiting for them, so the session waits here, before anything more of its
+// reaches the server; s.cancelsOut keeps the common case to one atomic
+// load. A cancel that does not complete within cancelSettleTimeout, or
+// failed, ends the session's use of the connection: it is destroyed and the
+// client is told with a FATAL 08006. A request on a connection shared with
+// other clients' is left to the lane, which takes no new request while a
+// cancel for one of its requests may land (lanes.Pool.cancelable). s.mu
+// must not be held.
+func (s *session) awaitCancels(ctx context.Context, a *attachment) error {
+	s.mu.Lock()
+	if a.rider != nil {
+		s.mu.Unlock()
+		return nil
+	}
+	g := a.cancels
+	var wait chan struct{}
+	if g != nil && g.n > 0 {
+		wait = g.done
+		s.holdQueryLocked()
+	}
+	s.mu.Unlock()
+	if g == nil {
+		return nil // the session's cancels are for a connection it released
+	}
+	if wait != nil {
+		t := time.NewTimer(cancelSettleTimeout)
+		select {
+		case <-wait:
+		case <-t.C:
+		case <-ctx.Done():
+		}
+		t.Stop()
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if wait != nil {
+		s.resumeQueryLocked()
+	}
+	if g.n == 0 && !g.failed {
+		return nil
+	}
+	a.destroy = true
+	_ = a.conn.NetConn().Close()
+	return fatal(pgproto.CodeConnectionFailure, "server connection closed: a cancel request sent to it could not be confirmed", ctx.Err())
 }
 
 // cancelsSettled waits until no cancel of g, the group of an attachment

@@ -35,6 +35,7 @@ type harnessOpts struct {
 	minPool  int
 	cluster  *pgtest.Cluster // reuse a cluster
 	reg      prometheus.Registerer
+	backend  string // the server's connection string, when not the cluster's own (a proxy in front of it)
 }
 
 func newHarness(t testing.TB, o harnessOpts) *harness {
@@ -46,9 +47,12 @@ func newHarness(t testing.TB, o harnessOpts) *harness {
 	if o.poolSize == 0 {
 		o.poolSize = 8
 	}
+	if o.backend == "" {
+		o.backend = c.SuperURL("postgres")
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	mgr, err := backend.NewManager(ctx, backend.ManagerConfig{
-		Routes: []backend.Route{{Database: "*", PoolConfig: backend.PoolConfig{ConnString: c.SuperURL("postgres")}}},
+		Routes: []backend.Route{{Database: "*", PoolConfig: backend.PoolConfig{ConnString: o.backend}}},
 		Defaults: backend.PoolConfig{
 			PoolSize: o.poolSize, MinPool: o.minPool,
 		},

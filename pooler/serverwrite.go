@@ -1,6 +1,7 @@
 package pooler
 
 import (
+	"context"
 	"time"
 
 	"github.com/pgquic/pgquic/internal/wire"
@@ -37,12 +38,20 @@ func (s *session) writeServer(a *attachment, frame []byte) error {
 // reads, and a server busy sending replies reads only once they are drained
 // by the relay, which needs s.mu: holding it here could deadlock a large
 // pipeline. For the same reason a write that reaches the socket while
-// replies are due first makes sure a relay goroutine is reading them.
-func (s *session) sendOut() error {
+// replies are due first makes sure a relay goroutine is reading them. A
+// cancel still in flight for the connection is waited for first
+// (awaitCancels).
+func (s *session) sendOut(ctx context.Context) error {
 	s.trimScratch()
 	a := s.outAtt
 	if a == nil {
 		return nil
+	}
+	if s.cancelsOut.Load() != 0 {
+		if err := s.awaitCancels(ctx, a); err != nil {
+			s.dropOut()
+			return err
+		}
 	}
 	s.outAtt = nil
 	conn := a.conn

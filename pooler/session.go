@@ -94,6 +94,8 @@ type session struct {
 
 	stuck atomic.Uint32 // watcher epoch when the owner began waiting on the server; 0 when not (watch.go)
 
+	cancelsOut atomic.Int32 // cancels forwarded for this session's requests and not yet processed (awaitCancels)
+
 	wmu sync.Mutex
 
 	mu         sync.Mutex

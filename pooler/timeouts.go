@@ -138,6 +138,28 @@ func (s *session) queryAnsweredLocked(a *attachment) {
 	s.queryTimer.Stop()
 }
 
+// holdQueryLocked stops the query timer while the pooler itself holds the
+// request back (awaitCancels): that time is not the server's. A stale
+// expiry finds the request not due. s.mu must be held.
+func (s *session) holdQueryLocked() {
+	if !s.queryArmed {
+		return
+	}
+	s.queryTimer.Stop()
+	s.queryDue = time.Now().Add(time.Hour)
+}
+
+// resumeQueryLocked starts the held query timer afresh, as the request
+// goes to the server. s.mu must be held.
+func (s *session) resumeQueryLocked() {
+	if !s.queryArmed {
+		return
+	}
+	d := s.p.timeout(&s.p.tmo.query)
+	s.queryDue = time.Now().Add(d)
+	s.queryTimer.Reset(d)
+}
+
 // queryExpired cancels the request the server is running, through the same
 // path as a client's CancelRequest, so the connection is not lent to anyone
 // before the server has processed the cancel.
