@@ -9,6 +9,9 @@ import (
 	"io"
 	"net"
 	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -130,4 +133,84 @@ func startTLS(ctx context.Context, nc net.Conn, cfg *tls.Config) (net.Conn, erro
 	default:
 		return nil, fmt.Errorf("unexpected SSLRequest reply %q", resp[0])
 	}
+}
+
+// CancelOnce cancels the query running in process pid with PostgreSQL's
+// pg_cancel_backend, called from a fresh session of the pool's user on the
+// server that process runs on. A CancelRequest (Cancel) is turned by the
+// postmaster into two signals, to the process and then to its process group
+// (signal_child), and a busy machine can deliver the second after the first
+// has ended the query, so that it stops the next query on the connection.
+// pg_cancel_backend signals once, and has signalled by the time it answers:
+// when CancelOnce returns, nothing of this cancel can stop a later query.
+// It costs a whole login, so the pooler uses it only where the next query
+// on the connection may be another client's. A process that is gone is no
+// error (the function reports false); a session that cannot be opened, or a
+// refusal (another role's process), is, marked ErrCancelNotSent, and the
+// caller may fall back to Cancel.
+func (p *Pool) CancelOnce(ctx context.Context, pid uint32) error {
+	cfg, err := p.onceConfig(p.cancelTargetFor(pid))
+	if err != nil {
+		return fmt.Errorf("backend: cancel pid %d: %w", pid, err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, p.cfg.ConnectTimeout)
+	defer cancel()
+	c, err := pgconn.ConnectConfig(ctx, cfg)
+	if err != nil {
+		return fmt.Errorf("backend: cancel pid %d: connect: %w: %w", pid, ErrCancelNotSent, err)
+	}
+	defer func() { _ = c.Close(context.Background()) }()
+	res := c.ExecParams(ctx, "SELECT pg_catalog.pg_cancel_backend($1)",
+		[][]byte{strconv.AppendUint(nil, uint64(pid), 10)}, []uint32{23}, nil, nil).Read()
+	if res.Err != nil {
+		var pe *pgconn.PgError
+		if errors.As(res.Err, &pe) {
+			// The server refused the call: it signalled nothing.
+			return fmt.Errorf("backend: cancel pid %d: pg_cancel_backend: %w: %w", pid, ErrCancelNotSent, res.Err)
+		}
+		return fmt.Errorf("backend: cancel pid %d: pg_cancel_backend: %w", pid, res.Err)
+	}
+	return nil
+}
+
+// ErrCancelNotSent marks a CancelOnce that certainly signalled nothing (the
+// session could not be opened, or the server refused the call), after
+// which another way of cancelling cannot make two cancels of one. Other
+// errors leave it unknown whether the signal went.
+var ErrCancelNotSent = errors.New("cancel not sent")
+
+// onceConfig is the pool's connection configuration aimed at the one server
+// t names (no fallbacks: the session must reach the process's own server),
+// with the TLS setting its connection was made with.
+func (p *Pool) onceConfig(t cancelTarget) (*pgconn.Config, error) {
+	cfg := p.pgcfg.Copy()
+	switch t.network {
+	case "unix":
+		dir, file := filepath.Split(t.address)
+		port, err := strconv.ParseUint(strings.TrimPrefix(file, ".s.PGSQL."), 10, 16)
+		if err != nil {
+			return nil, fmt.Errorf("socket path %q: %w", t.address, err)
+		}
+		cfg.Host, cfg.Port = filepath.Clean(dir), uint16(port)
+	default:
+		host, ps, err := net.SplitHostPort(t.address)
+		if err != nil {
+			return nil, err
+		}
+		port, err := strconv.ParseUint(ps, 10, 16)
+		if err != nil {
+			return nil, fmt.Errorf("address %q: %w", t.address, err)
+		}
+		cfg.Host, cfg.Port = host, uint16(port)
+	}
+	cfg.Fallbacks = nil
+	cfg.TLSConfig = t.tlsConfig
+	if t.tlsConfig != nil {
+		cfg.TLSConfig = t.tlsConfig.Clone()
+	}
+	if cfg.RuntimeParams == nil {
+		cfg.RuntimeParams = make(map[string]string, 1)
+	}
+	cfg.RuntimeParams["application_name"] = "pgquic cancel" // Copy copied the map
+	return cfg, nil
 }

@@ -279,7 +279,8 @@ func TestCancelRunningQuery(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		ssl  bool
-	}{{"plain", false}, {"tls", true}} {
+		once bool // CancelOnce (pg_cancel_backend from a fresh session) instead of a CancelRequest
+	}{{"plain", false, false}, {"tls", true, false}, {"plain-once", false, true}, {"tls-once", true, true}} {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx := testCtx(t)
 			pg := appCluster(t, pgtest.AuthSCRAM, tc.ssl)
@@ -303,7 +304,11 @@ func TestCancelRunningQuery(t *testing.T) {
 				return len(rows) == 1 && rows[0] == "active"
 			})
 			start := time.Now()
-			if err := p.Cancel(ctx, c.PID, c.SecretKey); err != nil {
+			if tc.once {
+				if err := p.CancelOnce(ctx, c.PID); err != nil {
+					t.Fatalf("CancelOnce: %v", err)
+				}
+			} else if err := p.Cancel(ctx, c.PID, c.SecretKey); err != nil {
 				t.Fatalf("Cancel: %v", err)
 			}
 			r, err := readResult(c)
@@ -316,6 +321,12 @@ func TestCancelRunningQuery(t *testing.T) {
 			t.Logf("query canceled %v after Cancel", time.Since(start))
 			if got := query(t, c, "SELECT 1"); got[0] != "1" {
 				t.Fatalf("connection unusable after cancel: %v", got)
+			}
+			if tc.once {
+				// A process that is gone is nothing to cancel, not an error.
+				if err := p.CancelOnce(ctx, 1); err != nil {
+					t.Fatalf("CancelOnce of a PID that is no backend: %v", err)
+				}
 			}
 			c.Release()
 		})

@@ -272,6 +272,28 @@ func TestCancelSendsCancelRequest(t *testing.T) {
 	}
 }
 
+// TestCancelOnceNotSent: a CancelOnce whose session cannot be opened says
+// it signalled nothing, so the caller may fall back to a CancelRequest
+// without cancelling twice.
+func TestCancelOnceNotSent(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := ln.Addr().(*net.TCPAddr).Port
+	_ = ln.Close() // nothing listens there now
+	p, err := NewPool(context.Background(), PoolConfig{
+		ConnString: "host=127.0.0.1 port=" + itoa(port) + " user=u dbname=d sslmode=disable",
+	}, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	if err := p.CancelOnce(testCtx(t), 4242); !errors.Is(err, ErrCancelNotSent) {
+		t.Fatalf("CancelOnce to a closed port: %v, want ErrCancelNotSent", err)
+	}
+}
+
 func TestNilMetrics(t *testing.T) {
 	var pm *poolMetrics
 	pm.acquired(time.Now())

@@ -2,6 +2,7 @@ package pooler
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/pgquic/pgquic/backend"
@@ -34,6 +35,7 @@ type cancelGroup struct {
 	n      int           // cancels in flight
 	failed bool          // a forward failed: it may still reach the server
 	done   chan struct{} // closed when n drops to zero; replaced when it rises again
+	once   bool          // other clients' requests are on the connection behind it: cancel with one signal
 }
 
 // beginCancelLocked registers a cancel for the request the session's
@@ -51,8 +53,11 @@ func (s *session) beginCancelLocked() (*backend.Conn, *cancelGroup) {
 	if a == nil || a.released || a.pending() == 0 {
 		return nil, nil
 	}
+	shared := false
 	if rd := a.rider; rd != nil {
-		ok, after := rd.Cancelable(s.p.laneLimits())
+		var ok bool
+		var after time.Duration
+		ok, shared, after = rd.Cancelable(s.p.laneLimits())
 		if !ok {
 			if after > 0 {
 				s.deferCancelLocked(a, rd, after)
@@ -65,6 +70,7 @@ func (s *session) beginCancelLocked() (*backend.Conn, *cancelGroup) {
 		g = &cancelGroup{}
 		a.cancels = g
 	}
+	g.once = g.once || shared
 	if g.n == 0 {
 		g.done = make(chan struct{})
 	}
@@ -76,9 +82,28 @@ func (s *session) beginCancelLocked() (*backend.Conn, *cancelGroup) {
 // forwardCancel sends the cancel registered in g to conn's server and waits
 // until the server has processed it (backend.Pool.Cancel reads until the
 // server closes the cancel connection), then ends the registration.
+//
+// On a connection shared with other clients' requests the next request is
+// another client's, already written behind this one, and a CancelRequest's
+// second signal (see awaitCancels) could stop it: there the cancel is sent
+// with one signal instead (backend.Pool.CancelOnce), and only if that
+// session cannot be had (the server full, say) as a CancelRequest, whose
+// rare stray signal the lane reports as another client's cancel.
 func (s *session) forwardCancel(ctx context.Context, conn *backend.Conn, g *cancelGroup) {
+	s.mu.Lock()
+	once := g.once
+	s.mu.Unlock()
 	ctx, done := context.WithTimeout(ctx, cancelTimeout)
-	err := conn.Pool().Cancel(ctx, conn.PID, conn.SecretKey)
+	var err error
+	if once {
+		err = conn.Pool().CancelOnce(ctx, conn.PID)
+		if errors.Is(err, backend.ErrCancelNotSent) {
+			s.log.Warn("cancelling with one signal failed; sending a CancelRequest", "err", err)
+		}
+	}
+	if !once || errors.Is(err, backend.ErrCancelNotSent) {
+		err = conn.Pool().Cancel(ctx, conn.PID, conn.SecretKey)
+	}
 	done()
 	if err != nil {
 		s.log.Warn("forwarding cancel request failed", "err", err)

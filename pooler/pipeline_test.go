@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -27,9 +28,16 @@ const pipelinedMetric = "pgquic_pooler_pipelined_requests_total"
 // own metrics registry. A threshold of 0 keeps the default.
 func pipeHarness(t *testing.T, poolSize int, threshold time.Duration) (*harness, *prometheus.Registry) {
 	t.Helper()
+	return pipeHarnessVia(t, poolSize, threshold, "")
+}
+
+// pipeHarnessVia is pipeHarness reaching the server through backend, a
+// connection string ("" for the cluster's own).
+func pipeHarnessVia(t *testing.T, poolSize int, threshold time.Duration, backend string) (*harness, *prometheus.Registry) {
+	t.Helper()
 	reg := prometheus.NewRegistry()
 	cfg := pooler.Config{PipelineFastThreshold: threshold}
-	return newHarness(t, harnessOpts{cluster: sharedCluster(t), poolSize: poolSize, minPool: poolSize, cfg: cfg, reg: reg}), reg
+	return newHarness(t, harnessOpts{cluster: sharedCluster(t), poolSize: poolSize, minPool: poolSize, cfg: cfg, reg: reg, backend: backend}), reg
 }
 
 // TestPipelineNoCrosstalk runs 64 clients over 2 server connections in
@@ -302,21 +310,37 @@ func startSleeper(ctx context.Context, t *testing.T, h *harness, tag string, sec
 // one on the only server connection and cancels them: a cancel stops the
 // request it is for, whether it runs first on the connection or waits
 // behind others (then it is sent once its turn comes), and never holds up
-// the requests behind it. PostgreSQL's postmaster signals a cancelled
-// process twice (the process and its group), so the second signal may stop
-// the request behind; that one must then say so (errOthersCancel), never
-// blame its own client.
+// the requests behind it. PostgreSQL's postmaster turns a CancelRequest
+// into two signals (the process and its group), and the second may come
+// after the first has ended the query and stop the request behind, another
+// client's: so on a shared connection the pooler cancels with one signal
+// (pg_cancel_backend, backend.Pool.CancelOnce). The server is reached through
+// a proxy that would make any CancelRequest's second signal come 100 ms late;
+// the requests behind must all succeed, and no CancelRequest may pass for a
+// request with others behind it.
 func TestPipelineCancelHitsOnlyItsOwnQuery(t *testing.T) {
-	h, reg := pipeHarness(t, 1, 10*time.Second)
+	c := sharedCluster(t)
+	hostPort := net.JoinHostPort(c.Host, fmt.Sprint(c.Port))
+	px := startLateCancelProxy(t, hostPort, 100*time.Millisecond)
+	h, reg := pipeHarnessVia(t, 1, 10*time.Second, strings.Replace(c.SuperURL("postgres"), hostPort, px.ln.Addr().String(), 1))
 	ctx, _ := warmClient(t, h, "SELECT pg_sleep(0), 'warm'")
 	behindOK := func(t *testing.T, name string, err error) {
 		t.Helper()
-		if err != nil && !strings.Contains(err.Error(), "another client's cancel request") {
+		if err != nil {
 			t.Errorf("%s, behind the cancelled request: %v", name, err)
+		}
+	}
+	// noCancelRequest fails unless the subtest's cancel went without a
+	// CancelRequest: it had other clients' requests behind it.
+	noCancelRequest := func(t *testing.T, base int32) {
+		t.Helper()
+		if n := px.sent.Load() - base; n != 0 {
+			t.Errorf("%d CancelRequests reached the server for a request with others behind it, want 0", n)
 		}
 	}
 
 	t.Run("queued alone", func(t *testing.T) {
+		sent := px.sent.Load()
 		base := metricValue(t, reg, pipelinedMetric, "")
 		a := startSleeper(ctx, t, h, "a", 0.6)
 		waitRunning(ctx, t, h, "a")
@@ -331,8 +355,13 @@ func TestPipelineCancelHitsOnlyItsOwnQuery(t *testing.T) {
 		if err := <-b.done; pgCode(err) != "57014" {
 			t.Errorf("the cancelled request: %v, want 57014 once its turn came", err)
 		}
+		// Alone on the connection by then, b was cancelled with a
+		// CancelRequest (the lane takes no one until it leaves, which
+		// waits for the cancel): wait for its late second signal too.
+		pollUntil(t, 10*time.Second, "the CancelRequest and its second signal", func() bool { return px.sent.Load() == sent+2 })
 	})
 	t.Run("queued with one behind", func(t *testing.T) {
+		defer noCancelRequest(t, px.sent.Load())
 		base := metricValue(t, reg, pipelinedMetric, "")
 		a := startSleeper(ctx, t, h, "a", 0.6)
 		waitRunning(ctx, t, h, "a")
@@ -356,6 +385,7 @@ func TestPipelineCancelHitsOnlyItsOwnQuery(t *testing.T) {
 		}
 	})
 	t.Run("running", func(t *testing.T) {
+		defer noCancelRequest(t, px.sent.Load())
 		base := metricValue(t, reg, pipelinedMetric, "")
 		a := startSleeper(ctx, t, h, "a", 4)
 		waitRunning(ctx, t, h, "a")

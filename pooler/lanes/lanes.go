@@ -519,12 +519,12 @@ func (lp *Pool) solo(rd *Rider) bool {
 // alone on the connection is cancelled at once; one waiting behind others
 // when its turn comes. Either way the lane takes no new rider until rd
 // leaves.
-func (lp *Pool) cancelable(rd *Rider, lim Limits) (bool, time.Duration) {
+func (lp *Pool) cancelable(rd *Rider, lim Limits) (ok, shared bool, after time.Duration) {
 	lp.mu.Lock()
 	defer lp.mu.Unlock()
 	l := rd.l
 	if l.err != nil {
-		return false, 0
+		return false, false, 0
 	}
 	if !rd.sealer {
 		rd.sealer = true
@@ -532,17 +532,17 @@ func (lp *Pool) cancelable(rd *Rider, lim Limits) (bool, time.Duration) {
 	}
 	if l.riders[0] != rd {
 		rd.wantCancel = true
-		return false, 0
+		return false, false, 0
 	}
 	rd.wantCancel = false
 	if len(l.riders) == 1 && !l.writing {
-		return true, 0
+		return true, false, 0
 	}
 	if wait := lim.CancelHold() - time.Duration(time.Now().UnixNano()-rd.since); wait > 0 {
-		return false, wait
+		return false, false, wait
 	}
 	l.cancelled = true
-	return true, 0
+	return true, true, 0
 }
 
 // CancelHold is how long a request with others behind it must have run
@@ -686,8 +686,11 @@ func (rd *Rider) Fail(err error) { rd.l.lp.fail(rd, err) }
 func (rd *Rider) Solo() bool { return rd.l.lp.solo(rd) }
 
 // Cancelable reports whether a cancel for rd may go to the server now,
-// and if not, how long to wait before asking again (see Pool.cancelable).
-func (rd *Rider) Cancelable(lim Limits) (bool, time.Duration) { return rd.l.lp.cancelable(rd, lim) }
+// whether other requests share the connection then, and if it may not, how
+// long to wait before asking again (see Pool.cancelable).
+func (rd *Rider) Cancelable(lim Limits) (ok, shared bool, after time.Duration) {
+	return rd.l.lp.cancelable(rd, lim)
+}
 
 // HitByOthers reports whether a cancel error reaching rd may have been
 // meant for another request on its connection (see Pool.hitByOthers).
