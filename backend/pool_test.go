@@ -280,7 +280,9 @@ func TestCancelRunningQuery(t *testing.T) {
 		name string
 		ssl  bool
 		once bool // CancelOnce (pg_cancel_backend from a fresh session) instead of a CancelRequest
-	}{{"plain", false, false}, {"tls", true, false}, {"plain-once", false, true}, {"tls-once", true, true}} {
+		unix bool // over the Unix-domain socket
+	}{{"plain", false, false, false}, {"tls", true, false, false}, {"plain-once", false, true, false},
+		{"tls-once", true, true, false}, {"unix", false, false, true}, {"unix-once", false, true, true}} {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx := testCtx(t)
 			pg := appCluster(t, pgtest.AuthSCRAM, tc.ssl)
@@ -288,7 +290,11 @@ func TestCancelRunningQuery(t *testing.T) {
 			if tc.ssl {
 				mode = "require"
 			}
-			p := newTestPool(t, PoolConfig{ConnString: withSSLMode(pg.URL("app", appPassword, "postgres"), mode), PoolSize: 2}, nil)
+			cs := withSSLMode(pg.URL("app", appPassword, "postgres"), mode)
+			if tc.unix {
+				cs = fmt.Sprintf("host=%s port=%d user=app password=%s dbname=postgres sslmode=disable", pg.SocketDir, pg.Port, appPassword)
+			}
+			p := newTestPool(t, PoolConfig{ConnString: cs, PoolSize: 2}, nil)
 			c, err := p.Acquire(ctx)
 			if err != nil {
 				t.Fatal(err)
