@@ -255,13 +255,7 @@ func TestCancelSendsCancelRequest(t *testing.T) {
 		got <- buf[:n]
 	}()
 	port := ln.Addr().(*net.TCPAddr).Port
-	p, err := NewPool(context.Background(), PoolConfig{
-		ConnString: "host=127.0.0.1 port=" + itoa(port) + " user=u dbname=d sslmode=disable",
-	}, nil, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
+	p := unopenedPool(t, port)
 	if err := p.Cancel(testCtx(t), 4242, []byte{1, 2, 3, 4}); err != nil {
 		t.Fatal(err)
 	}
@@ -282,16 +276,24 @@ func TestCancelOnceNotSent(t *testing.T) {
 	}
 	port := ln.Addr().(*net.TCPAddr).Port
 	_ = ln.Close() // nothing listens there now
+	p := unopenedPool(t, port)
+	if err := p.CancelOnce(testCtx(t), 4242); !errors.Is(err, ErrCancelNotSent) {
+		t.Fatalf("CancelOnce to a closed port: %v, want ErrCancelNotSent", err)
+	}
+}
+
+// unopenedPool is a pool of no connections aimed at 127.0.0.1:port, for
+// Cancel and CancelOnce against a scripted server or none.
+func unopenedPool(t *testing.T, port int) *Pool {
+	t.Helper()
 	p, err := NewPool(context.Background(), PoolConfig{
 		ConnString: "host=127.0.0.1 port=" + itoa(port) + " user=u dbname=d sslmode=disable",
 	}, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer p.Close()
-	if err := p.CancelOnce(testCtx(t), 4242); !errors.Is(err, ErrCancelNotSent) {
-		t.Fatalf("CancelOnce to a closed port: %v, want ErrCancelNotSent", err)
-	}
+	t.Cleanup(p.Close)
+	return p
 }
 
 func TestNilMetrics(t *testing.T) {

@@ -70,6 +70,13 @@ func (s *session) beginCancelLocked() (*backend.Conn, *cancelGroup) {
 		g = &cancelGroup{}
 		a.cancels = g
 	}
+	if shared && g.once {
+		// This request had its one-signal cancel. Another, sent after the
+		// first ended the query, would stop the request behind, which is
+		// another client's; and each costs the server a session. So a
+		// client repeating its CancelRequest gets no second one.
+		return nil, nil
+	}
 	g.once = g.once || shared
 	if g.n == 0 {
 		g.done = make(chan struct{})

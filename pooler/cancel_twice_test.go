@@ -1,6 +1,7 @@
 package pooler_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/pgquic/pgquic/internal/pgtest"
 	"github.com/pgquic/pgquic/pooler"
 )
 
@@ -29,19 +31,28 @@ import (
 type lateCancelProxy struct {
 	ln       net.Listener
 	upstream string
+	backend  string // the cluster's superuser connection string, through the proxy
 	delay    time.Duration
 	swallow  bool         // deliver no CancelRequest and never close: the cancel cannot be confirmed
 	sent     atomic.Int32 // CancelRequests delivered to the server
 	wg       sync.WaitGroup
+
+	// onceTotal counts the pooler's one-signal cancel sessions
+	// (application_name "pgquic cancel", backend.Pool.CancelOnce).
+	onceTotal atomic.Int32
 }
 
-func startLateCancelProxy(t *testing.T, upstream string, delay time.Duration) *lateCancelProxy {
+// startLateCancelProxy starts the proxy in front of c; its backend field is
+// the connection string that reaches c through it.
+func startLateCancelProxy(t *testing.T, c *pgtest.Cluster, delay time.Duration) *lateCancelProxy {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &lateCancelProxy{ln: ln, upstream: upstream, delay: delay}
+	upstream := net.JoinHostPort(c.Host, fmt.Sprint(c.Port))
+	p := &lateCancelProxy{ln: ln, upstream: upstream, delay: delay,
+		backend: strings.Replace(c.SuperURL("postgres"), upstream, ln.Addr().String(), 1)}
 	p.wg.Add(1)
 	go func() {
 		defer p.wg.Done()
@@ -87,12 +98,24 @@ func (p *lateCancelProxy) handle(c net.Conn) {
 		p.cancel(pkt)
 		return
 	}
+	first := hdr
+	if n := binary.BigEndian.Uint32(hdr[:4]); binary.BigEndian.Uint32(hdr[4:]) == 196608 && n > 8 && n < 10000 {
+		// A startup packet: note the pooler's one-signal cancel sessions.
+		first = make([]byte, n)
+		copy(first, hdr)
+		if _, err := io.ReadFull(c, first[8:]); err != nil {
+			return
+		}
+		if bytes.Contains(first, []byte("application_name\x00pgquic cancel\x00")) {
+			p.onceTotal.Add(1)
+		}
+	}
 	u, err := net.Dial("tcp", p.upstream)
 	if err != nil {
 		return
 	}
 	defer func() { _ = u.Close() }()
-	if _, err := u.Write(hdr); err != nil {
+	if _, err := u.Write(first); err != nil {
 		return
 	}
 	done := make(chan struct{}, 2)
@@ -145,11 +168,9 @@ func TestCancelSecondSignal(t *testing.T) {
 			name += "-in-block"
 		}
 		t.Run(name, func(t *testing.T) {
-			hostPort := net.JoinHostPort(c.Host, fmt.Sprint(c.Port))
-			px := startLateCancelProxy(t, hostPort, 100*time.Millisecond)
-			h := newHarness(t, harnessOpts{cluster: c, poolSize: 1,
-				backend: strings.Replace(c.SuperURL("postgres"), hostPort, px.ln.Addr().String(), 1),
-				cfg:     pooler.Config{Mode: tc.mode, QueryTimeout: 300 * time.Millisecond}})
+			px := startLateCancelProxy(t, c, 100*time.Millisecond)
+			h := newHarness(t, harnessOpts{cluster: c, poolSize: 1, backend: px.backend,
+				cfg: pooler.Config{Mode: tc.mode, QueryTimeout: 300 * time.Millisecond}})
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
 			conn := h.connect(ctx, t)
@@ -194,12 +215,10 @@ func TestCancelSecondSignal(t *testing.T) {
 // pool's only slot serves the next client on a fresh connection.
 func TestCancelUnconfirmed(t *testing.T) {
 	c := sharedCluster(t)
-	hostPort := net.JoinHostPort(c.Host, fmt.Sprint(c.Port))
-	px := startLateCancelProxy(t, hostPort, 0)
+	px := startLateCancelProxy(t, c, 0)
 	px.swallow = true
-	h := newHarness(t, harnessOpts{cluster: c, poolSize: 1,
-		backend: strings.Replace(c.SuperURL("postgres"), hostPort, px.ln.Addr().String(), 1),
-		cfg:     pooler.Config{Mode: pooler.ModeSession, QueryTimeout: 200 * time.Millisecond}})
+	h := newHarness(t, harnessOpts{cluster: c, poolSize: 1, backend: px.backend,
+		cfg: pooler.Config{Mode: pooler.ModeSession, QueryTimeout: 200 * time.Millisecond}})
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	conn := h.connect(ctx, t)

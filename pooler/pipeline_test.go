@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -320,9 +319,8 @@ func startSleeper(ctx context.Context, t *testing.T, h *harness, tag string, sec
 // request with others behind it.
 func TestPipelineCancelHitsOnlyItsOwnQuery(t *testing.T) {
 	c := sharedCluster(t)
-	hostPort := net.JoinHostPort(c.Host, fmt.Sprint(c.Port))
-	px := startLateCancelProxy(t, hostPort, 100*time.Millisecond)
-	h, reg := pipeHarnessVia(t, 1, 10*time.Second, strings.Replace(c.SuperURL("postgres"), hostPort, px.ln.Addr().String(), 1))
+	px := startLateCancelProxy(t, c, 100*time.Millisecond)
+	h, reg := pipeHarnessVia(t, 1, 10*time.Second, px.backend)
 	ctx, _ := warmClient(t, h, "SELECT pg_sleep(0), 'warm'")
 	behindOK := func(t *testing.T, name string, err error) {
 		t.Helper()
@@ -392,11 +390,25 @@ func TestPipelineCancelHitsOnlyItsOwnQuery(t *testing.T) {
 		b := startSleeper(ctx, t, h, "b", 0.2)
 		waitMetric(t, reg, pipelinedMetric, base+1)
 		start := time.Now()
-		if err := a.conn.CancelRequest(ctx); err != nil {
-			t.Fatal(err)
+		onceBefore := px.onceTotal.Load()
+		// A careless client repeats its CancelRequest: five at once. A
+		// second one-signal cancel could come after the first ended a's
+		// query and stop b, and each costs the server a session: only
+		// one may be sent.
+		var wg sync.WaitGroup
+		for range 5 {
+			wg.Go(func() {
+				if err := a.conn.CancelRequest(ctx); err != nil {
+					t.Error(err)
+				}
+			})
 		}
+		wg.Wait()
 		if err := <-a.done; pgCode(err) != "57014" || strings.Contains(err.Error(), "another client") {
 			t.Errorf("a, cancelled with b behind it: %v, want its own 57014", err)
+		}
+		if n := px.onceTotal.Load() - onceBefore; n != 1 {
+			t.Errorf("%d one-signal cancel sessions for a's five CancelRequests, want 1", n)
 		}
 		behindOK(t, "b", <-b.done)
 		if d := time.Since(start); d > 3*time.Second {
