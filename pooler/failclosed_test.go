@@ -227,6 +227,18 @@ func TestOpaquePinReasons(t *testing.T) {
 			t.Errorf("the client pinned by its DO block runs as %q, want %q", got, first)
 		}
 	}
+	// The role stays with the pinned client: another client gets the other
+	// server connection and runs as the login user.
+	e, err := pgconn.Connect(ctx, h.url())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close(context.Background())
+	_, pinnedPID, _ := strings.Cut(first, " ")
+	got := simpleOne(ctx, t, e, "SELECT current_user || ' ' || pg_backend_pid()")
+	if role, pid, _ := strings.Cut(got, " "); role != cluster.SuperUser || pid == pinnedPID {
+		t.Errorf("another client runs as %q, want %s on a server process other than the pinned %s", got, cluster.SuperUser, pinnedPID)
+	}
 }
 
 // functionCall sends one FunctionCall message for the function fn (a
