@@ -126,6 +126,7 @@ func (c *Conn) ReleaseAt(now time.Time) {
 		return
 	}
 	p := c.pool
+	p.lent.Add(-1)
 	if c.R.Buffered() != 0 || c.W.Buffered() != 0 {
 		p.logger.Warn("backend: connection released with buffered data; destroying it",
 			"pid", c.PID, "read_buffered", c.R.Buffered(), "write_buffered", c.W.Buffered())
@@ -198,6 +199,7 @@ func (c *Conn) Destroy() {
 	if res == nil {
 		return
 	}
+	c.pool.lent.Add(-1)
 	c.pool.destroyRes(res, reasonError)
 	c.pool.notifyReleased()
 }

@@ -49,6 +49,10 @@ type Pool struct {
 	metrics  *poolMetrics
 	pp       *puddle.Pool[*Conn]
 	waiting  atomic.Int64
+	// lent counts the connections lent to holders now (from acquire to
+	// Release or Destroy), for Spare: one atomic add each way, where
+	// puddle's Stat takes its lock and allocates.
+	lent atomic.Int32
 
 	// ctx is cancelled by Close; it aborts background connection attempts.
 	ctx    context.Context
@@ -245,6 +249,16 @@ func (p *Pool) Full() bool {
 	return s.TotalResources() >= s.MaxResources() && s.ConstructingResources() == 0
 }
 
+// Spare returns how many more connections the pool could lend now
+// without a release: its size less the connections lent (idle ones and
+// those it may still open). A holder that has just borrowed one reads it
+// to know whether the pool is close to full. It is a moment's count: by
+// the time it is read another holder may have borrowed or released.
+func (p *Pool) Spare() int { return p.cfg.PoolSize - int(p.lent.Load()) }
+
+// Size returns the most connections the pool may have open at once.
+func (p *Pool) Size() int { return p.cfg.PoolSize }
+
 // Database returns the server-side database name of the pool.
 func (p *Pool) Database() string { return p.database }
 
@@ -348,6 +362,7 @@ func (p *Pool) acquire(ctx context.Context, try bool) (*Conn, error) {
 			}
 		}
 		c.res.Store(res)
+		p.lent.Add(1)
 		p.metrics.acquired(start)
 		return c, nil
 	}

@@ -152,6 +152,9 @@ func TestAcquireBlocksAtPoolSize(t *testing.T) {
 	if s := p.Stat(); s.InUse != 2 || s.Total != 2 {
 		t.Fatalf("Stat = %+v", s)
 	}
+	if n := p.Spare(); n != 0 {
+		t.Fatalf("Spare with both connections lent = %d, want 0", n)
+	}
 
 	short, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
 	defer cancel()
@@ -179,10 +182,23 @@ func TestAcquireBlocksAtPoolSize(t *testing.T) {
 	if c3 == nil || c3.PID != pid {
 		t.Fatalf("waiter did not get the released connection")
 	}
+	if n := p.Spare(); n != 0 {
+		t.Fatalf("Spare after a release to a waiter = %d, want 0", n)
+	}
 	c3.Release()
+	c3.Release() // again: does nothing, and counts nothing
+	if n := p.Spare(); n != 1 {
+		t.Fatalf("Spare with one connection lent = %d, want 1", n)
+	}
+	c2.Destroy()
 	c2.Release()
-	if s := p.Stat(); s.Idle != 2 || s.InUse != 0 || s.Waiting != 0 {
-		t.Fatalf("Stat after release = %+v", s)
+	// puddle closes a destroyed connection in the background.
+	waitFor(t, 10*time.Second, "the destroyed connection gone", func() bool {
+		s := p.Stat()
+		return s.Idle == 1 && s.InUse == 0 && s.Waiting == 0
+	})
+	if n := p.Spare(); n != 2 {
+		t.Fatalf("Spare with nothing lent = %d, want 2 (the size: one idle, one to open)", n)
 	}
 }
 

@@ -71,7 +71,7 @@ func (s *session) acquireConn(ctx context.Context, b pipeBatch) (*backend.Conn, 
 	// known to be. So a request shares a connection only on a full pool.
 	if conn, err := s.pool.TryAcquire(ctx); err == nil {
 		s.p.m.waitSeconds.ObserveZero()
-		if b.ok {
+		if b.ok && nearlyFull(s.pool) {
 			return conn, lead(conn, s.newRider(b), b.key), nil
 		}
 		return conn, nil, nil
@@ -91,6 +91,25 @@ func (s *session) acquireConn(ctx context.Context, b pipeBatch) (*backend.Conn, 
 	}
 	return conn, rd, nil
 }
+
+// nearlyFull reports whether a connection just borrowed from pool should
+// lead a lane, so that other clients' requests may be written behind its
+// own once the pool is full: when a quarter of the pool (at least one
+// connection) or less is left to lend. Only then can the pool fill before
+// the request is answered. On a pool with room to spare a lane is
+// bookkeeping every request pays (the lanes' lock four times, two clock
+// reads, the turn's channel) for a place nobody is allowed to take: a
+// request shares a connection only when none is free. Such a connection
+// is attached as any request's that may not share one, and goes back to
+// the pool at its release; as the pool fills, the connections borrowed
+// from then on lead lanes, and at saturation every one does.
+func nearlyFull(pool *backend.Pool) bool {
+	return pool.Spare() <= laneSpare(pool)
+}
+
+// laneSpare is how many connections left to lend, or fewer, make pool
+// nearly full (nearlyFull).
+func laneSpare(pool *backend.Pool) int { return max(1, pool.Size()/4) }
 
 // waitConn waits for a server connection, or a place on a lane, when none
 // is free at once: bounded by AcquireTimeout, cancelled by a

@@ -90,6 +90,14 @@ func (s *session) pipelineCheckLocked(typ byte, body []byte) pipeBatch {
 		s.pin.probe || s.snapshot || len(s.restore) > 0 || s.skipping {
 		return pipeBatch{}
 	}
+	if s.pool.Spare() > laneSpare(s.pool)+1 {
+		// The pool will not be nearly full once this request has borrowed
+		// a connection (nearlyFull): it leads no lane, so it need not be
+		// read for one. Should the pool fill meanwhile, the request waits
+		// for a connection of its own, as one that may not share does.
+		// The handler reads its text as any other's.
+		return pipeBatch{}
+	}
 	rest := s.cr.Peek()
 	fp, ok := scanBatch(typ, body, rest, s.stmts, s.unnamed, &s.pipeText)
 	if !ok {
