@@ -146,6 +146,12 @@ func (s *session) pinLocked(a *attachment, h sqllex.Held, kind string) {
 	}
 	s.pin.held |= added
 	s.pinned = true
+	if a.rider != nil {
+		// The request that pinned it is on a lane: no other client's may
+		// be written behind it from now on (riderLeftOpen takes the
+		// connection off the lane once it is answered).
+		a.rider.Solo()
+	}
 	names := pinning.Names(added)
 	for _, n := range names {
 		s.p.m.pins.WithLabelValues(n).Inc()

@@ -52,6 +52,11 @@ import (
 // errLeftOpen fails a lane whose rider left a transaction block open.
 var errLeftOpen = errors.New("a request pipelined on a shared server connection left a transaction open")
 
+// errPinnedOnLane fails a lane whose rider's request changed its session's
+// identity unseen (a view or a trigger calling a function that does SET
+// ROLE): the requests behind it would run under that identity.
+var errPinnedOnLane = errors.New("a request pipelined on a shared server connection changed the session's identity")
+
 // laneLimits returns the pooler's limits for lanes.
 func (p *Pooler) laneLimits() lanes.Limits {
 	return lanes.Limits{Depth: p.cfg.PipelineDepth, Fast: p.cfg.PipelineFastThreshold, Lat: &p.lat}

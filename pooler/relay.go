@@ -289,11 +289,13 @@ func (s *session) discardToSync(a *attachment) {
 }
 
 // riderLeftOpen handles a request on a shared connection that left a
-// transaction block open, which the lexer should have ruled out: alone on
-// the connection, the session keeps it as any open transaction would;
-// with others behind it, whose requests would run inside this
-// transaction, the connection is closed (rolling everything back) and
-// every client on it is told.
+// transaction block open, or pinned its client to the connection (its
+// identity changed, as the server reported), either of which the lexer
+// should have ruled out: alone on the connection, the session keeps it as
+// any open transaction or pinned client would, and it is reset when the
+// client leaves; with others behind it, whose requests would run inside
+// this transaction or under this identity, the connection is closed
+// (rolling everything back) and every client on it is told.
 func (s *session) riderLeftOpen(a *attachment, rd *lanes.Rider) relayResult {
 	if rd.Detach() {
 		s.mu.Lock()
@@ -301,9 +303,15 @@ func (s *session) riderLeftOpen(a *attachment, rd *lanes.Rider) relayResult {
 		s.mu.Unlock()
 		return relayWaiting
 	}
-	s.log.Error("a pipelined request left a transaction open; closing the shared server connection")
-	rd.Fail(errLeftOpen)
-	s.serverLost(a, errLeftOpen)
+	s.mu.Lock()
+	why := errLeftOpen
+	if a.status == 'I' {
+		why = errPinnedOnLane
+	}
+	s.mu.Unlock()
+	s.log.Error("closing a shared server connection", "reason", why)
+	rd.Fail(why)
+	s.serverLost(a, why)
 	return relayLost
 }
 

@@ -740,7 +740,10 @@ func (s *session) atRestLocked(a *attachment, rd *lanes.Rider, m *reply) restAct
 	if m.typ != 'Z' || a.pending() != 0 {
 		return restNone
 	}
-	if rd != nil && a.status != 'I' {
+	if rd != nil && (a.status != 'I' || (s.pinned && !a.closing)) {
+		// A request on a lane that left a transaction open, or pinned
+		// its client (an identity change the server reported, which the
+		// lexer could not see): the connection is the session's now.
 		return restLeftOpen
 	}
 	if s.releasable(a) {

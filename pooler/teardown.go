@@ -101,12 +101,20 @@ func (s *session) closeRiderLocked(a *attachment) bool {
 	if s.killed {
 		return false
 	}
+	if s.pinned {
+		// The client's identity moved while its request was on the lane,
+		// and the client left before the answer took the connection off
+		// the lane (riderLeftOpen): a reset could not go ahead of the
+		// requests behind, so the connection is dropped once they have
+		// been failed, never lent on under that identity.
+		a.destroy = true
+	}
 	if a.pending() == 0 {
 		// Nothing of this client's is on the connection: step off the
 		// lane once the clients ahead have read their replies.
 		a.released = true
 		s.busy.Store(false)
-		go s.releaseConn(a.conn, rd, false)
+		go s.releaseConn(a.conn, rd, s.pinned)
 		return true
 	}
 	if !a.relaying {
