@@ -234,6 +234,7 @@ func (s *session) startAttachmentLocked(conn *backend.Conn, rd *lanes.Rider) *at
 	}
 	s.attGen++
 	a.conn, a.st, a.status, a.gen, a.rider = conn, st, 'I', s.attGen, rd
+	a.syncPoint = true // an idle server, between requests
 	s.att = a
 	a.stampAttach = true // s.lastRequest: the clock read of the request it serves (noteRequest)
 	if s.p.cfg.Mode == ModeSession {

@@ -44,7 +44,7 @@ const hiddenView = "SELECT 'pid=' || pg_catalog.pg_backend_pid()::text" +
 	" || ' search_path=' || pg_catalog.current_setting('search_path')" +
 	" || ' work_mem=' || pg_catalog.current_setting('work_mem')" +
 	" || ' hid.x=' || COALESCE(pg_catalog.current_setting('hid.x', true), '')" +
-	" || ' temp=' || (SELECT pg_catalog.count(*) FROM pg_catalog.pg_class WHERE relpersistence = 't')::text" +
+	" || ' temp=' || (SELECT pg_catalog.count(*) FROM pg_catalog.pg_class WHERE relnamespace = pg_catalog.pg_my_temp_schema())::text" +
 	" || ' advisory=' || (SELECT pg_catalog.count(*) FROM pg_catalog.pg_locks WHERE locktype = 'advisory' AND pid = pg_catalog.pg_backend_pid())::text" +
 	" || ' listen=' || (SELECT pg_catalog.count(*) FROM pg_catalog.pg_listening_channels())::text" +
 	" || ' cursors=' || (SELECT pg_catalog.count(*) FROM pg_catalog.pg_cursors)::text" +

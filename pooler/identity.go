@@ -183,6 +183,7 @@ func (s *session) noteSQL(a *attachment, info sqlInfo) {
 		a.begun = false
 	}
 	a.copy = a.copy || info.copy
+	a.copyOpen = a.copyOpen || info.copy
 	if info.schema && s.p.cfg.Mode == ModeTransaction {
 		// The pooler's statements on this connection were prepared before
 		// the change: prepare each again (closing the old one) at its next

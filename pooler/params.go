@@ -567,6 +567,7 @@ func (s *session) sessionQuery(ctx context.Context) error {
 	}
 	s.clientParamsLocked(info, false)
 	a.copy = a.copy || info.copy
+	a.copyOpen = a.copyOpen || info.copy
 	return s.followLocked(a)
 }
 

@@ -45,6 +45,7 @@ type entry struct {
 	synthetic []byte    // eSynthetic: bytes to write
 	rfq       bool      // eSynthetic: follow with ReadyForQuery(current status)
 	start     time.Time // eSync, eQuery, eFunc: when the request they end began (see noteRequest)
+	inCopy    bool      // eSync: sent while copyOpen; dropped once the server is in COPY FROM STDIN (dropCopySyncs)
 
 	// A client's Parse of a named statement: the name to drop again if the
 	// server rejects or skips the Parse, as PostgreSQL would not create it.
@@ -79,10 +80,12 @@ type attachment struct {
 	released   bool // the relay gave the connection back (or lost it)
 	skipping   bool // the server reported an error and skips messages until Sync
 	relaying   bool // a relay goroutine runs for this attachment
-	syncPoint  bool // the client's last forwarded message was Sync, Query, FunctionCall, CopyDone or CopyFail
+	syncPoint  bool // the client's last message the server got was Sync, Query or FunctionCall (or none yet): no extended-protocol request is open (push)
 	closing    bool // the client left; return the connection once idle
 	begun      bool // a BEGIN was sent and no ReadyForQuery has said since whether a block is open
 	copy       bool // a COPY was sent since the last ReadyForQuery: nothing may follow its synchronisation message
+	copyOpen   bool // a COPY was sent and the client has not ended its data (CopyDone, CopyFail) since
+	copyIn     bool // while copyOpen: the server said it waits for COPY data (CopyInResponse), and ignores Sync and Flush
 	identity   bool // an identity change may outlive the transaction: reset before release
 	destroy    bool // close the connection instead of returning it
 	fatalSent  bool // the server's own FATAL error was forwarded to the client: add none of ours
@@ -102,6 +105,14 @@ type attachment struct {
 // skipping messages after an error (until Sync), it produces none: the entry
 // is discarded at once. s.mu must be held.
 func (s *session) push(a *attachment, e entry) {
+	if !e.quiet && !e.injected && e.kind != eSynthetic {
+		// A client's message that reaches the server: after anything but
+		// a Sync, a Query or a FunctionCall the server is inside the
+		// client's extended-protocol request (its implicit transaction,
+		// its unnamed portal) until a Sync, whatever the last
+		// ReadyForQuery said.
+		a.syncPoint = (e.kind == eSync && !e.inCopy) || e.kind == eQuery || e.kind == eFunc
+	}
 	s.noteRequest(a, &e)
 	if e.kind == eParse {
 		s.ctr.ServerParses.Add(1) // a Parse written to the server, the client's or the pooler's
@@ -237,8 +248,11 @@ func (s *session) serverErrorLocked(a *attachment, rd *lanes.Rider, m *reply) {
 		switch head.kind {
 		case eParse, eBind, eDescribe, eExecute, eClose:
 			// The server now skips everything up to Sync, including
-			// messages the client has not sent yet (see push).
-			s.discardToSync(a)
+			// messages the client has not sent yet (see push), and a
+			// Query or FunctionCall among them: PostgreSQL answers
+			// nothing before the Sync (SocketBackend ends the skipping
+			// only there).
+			s.discardSkipped(a)
 			if a.front() == nil {
 				a.skipping = true
 			}
@@ -259,7 +273,7 @@ func (s *session) readyLocked(a *attachment, m *reply) {
 	a.skipping = false
 	if a.pending() <= 1 {
 		a.begun = false // the status is current: it says whether a block is open
-		a.copy = false
+		a.copy, a.copyOpen, a.copyIn = false, false, false
 	}
 	if head := a.front(); head != nil {
 		m.head = head
@@ -275,6 +289,34 @@ func (s *session) readyLocked(a *attachment, m *reply) {
 			s.paramQueryDone(a, head.params)
 		}
 		m.pop = true
+	}
+}
+
+// dropCopySyncs forgets the Syncs the client sent after a COPY and before
+// ending its data, once the server says it waits for the data
+// (CopyInResponse, the reply to the queue's head): in COPY FROM STDIN
+// PostgreSQL ignores Sync (and Flush), so no ReadyForQuery answers them.
+// s.mu must be held.
+func (a *attachment) dropCopySyncs() {
+	j := a.head + 1 // the head is the COPY's own Query or Execute
+	for i := a.head + 1; i < len(a.queue); i++ {
+		if e := a.queue[i]; e.kind == eSync && e.inCopy {
+			continue
+		}
+		a.queue[j] = a.queue[i]
+		j++
+	}
+	clear(a.queue[j:])
+	a.queue = a.queue[:j]
+}
+
+// discardSkipped drops the entries before the next Sync, which the
+// server skips after an error in an extended-protocol request, whatever
+// they are. s.mu must be held.
+func (s *session) discardSkipped(a *attachment) {
+	for e := a.front(); e != nil && e.kind != eSync; e = a.front() {
+		s.discard(a, e)
+		a.pop()
 	}
 }
 

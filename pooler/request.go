@@ -148,6 +148,9 @@ func (s *session) handle(ctx context.Context, typ byte) error {
 			s.mu.Unlock()
 			return s.cr.Skip()
 		}
+		if typ == 'c' || typ == 'f' {
+			a.copyOpen = false // the data ends: Syncs are answered again
+		}
 		err := s.writeServer(a, nil)
 		s.mu.Unlock()
 		return err
@@ -171,7 +174,14 @@ func (s *session) handleSync(ctx context.Context) error {
 		}
 		return s.writeClientLocal(readyForQuery('I'))
 	}
-	s.push(a, entry{kind: eSync})
+	if a.copyOpen && a.copyIn {
+		// The server is in COPY FROM STDIN, which ignores a Sync until
+		// the client ends its data: nothing answers this one.
+		err := s.writeServer(a, nil)
+		s.mu.Unlock()
+		return err
+	}
+	s.push(a, entry{kind: eSync, inCopy: a.copyOpen})
 	var err error
 	if len(s.restore) == 0 && !s.snapshot {
 		err = s.syncProbingLocked(a)
@@ -676,6 +686,12 @@ func (s *session) interpretLocked(a *attachment, rd *lanes.Rider, typ byte, body
 		}
 	case 'G', 'W': // CopyInResponse, CopyBothResponse: the server waits for data
 		m.result = relayWaiting
+		if typ == 'G' && head != nil {
+			// The Syncs sent since the COPY and before its data ended
+			// get no answer (the client may have ended the data already).
+			a.copyIn = a.copyOpen
+			a.dropCopySyncs()
+		}
 	case 't': // ParameterDescription
 		if m.forward && head != nil && head.replayHead && head.kind == eDescribe {
 			// Held back until the Describe succeeds: if its statement

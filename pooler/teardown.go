@@ -175,11 +175,17 @@ func (s *session) abandonLocked(a *attachment) {
 		a.identity = true
 	}
 	switch {
-	case a.pending() > 0 || s.killed || (sessionLike && a.status != 'I'):
+	case a.pending() > 0 || s.killed || (sessionLike && a.status != 'I') || !a.syncPoint:
 		// A request is still running: cancel it and drop the connection.
 		// A session-mode client that left inside a transaction loses
 		// its server connection too (as with PgBouncer): whatever it
-		// built up is not worth untangling on an abnormal exit.
+		// built up is not worth untangling on an abnormal exit. So does
+		// a client that left inside an extended-protocol request, all
+		// of it answered but no Sync sent (Execute and Flush, a
+		// suspended portal): its implicit transaction is open, which a
+		// ROLLBACK cannot end and the next borrower's Sync would
+		// commit; closing the connection rolls it back, as PostgreSQL
+		// does for a client that disconnects.
 		conn := a.conn
 		if a.pending() > 0 {
 			s.p.cancelOnServer(conn)
