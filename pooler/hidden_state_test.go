@@ -352,18 +352,22 @@ func TestHiddenStateNextClient(t *testing.T) {
 				}
 				got <- res{v: string(rs[0].Rows[0][0])}
 			}()
+			// Either B is answered, or it waits for the only connection
+			// while A holds it (A was pinned): then A leaves, and B gets
+			// the connection after its reset. Caught in the moment before
+			// A's release, A leaves too, which changes nothing for B: a
+			// connection A has let go of is not reset on A's leaving.
+			waitState(t, "B's answer, or B waiting while A holds the connection", func() bool {
+				return len(got) > 0 || (hiddenWaiting(h) >= 1 && hiddenHeld(h))
+			})
 			var r res
-			pinned := false
-			select {
-			case r = <-got:
-			case <-time.After(2 * time.Second):
-				// B waits for the only connection: A holds it (pinned).
-				pinned = true
+			pinned := len(got) == 0
+			if pinned {
 				if err := a.Close(ctx); err != nil {
 					t.Fatal(err)
 				}
-				r = <-got
 			}
+			r = <-got
 			if r.err != nil {
 				t.Fatalf("B: %v", r.err)
 			}
@@ -438,6 +442,18 @@ func hiddenWaiting(h *harness) int {
 		}
 	}
 	return n
+}
+
+// hiddenHeld reports whether a session holds a server connection (state
+// active): once A's request has been answered, a pinned A between its
+// requests, or A in the moment before its release.
+func hiddenHeld(h *harness) bool {
+	for _, ci := range h.pooler.Clients() {
+		if ci.State == pooler.ClientActive && ci.ServerPID != 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // TestHiddenStatePoolFull: with pool size 1, C holds the only server
@@ -516,15 +532,18 @@ func TestHiddenStatePoolFull(t *testing.T) {
 					t.Logf("A: %v", err)
 				}
 				aDone <- nil
-				select {
-				case r = <-bDone:
-				case <-time.After(2 * time.Second):
-					pinned = true
+				// B, waiting, is answered once A's request released the
+				// connection, or A keeps it (A was pinned): then A leaves,
+				// and B gets the connection after its reset.
+				waitState(t, "B's answer, or A holding the connection", func() bool {
+					return len(bDone) > 0 || (hiddenWaiting(h) >= 1 && hiddenHeld(h))
+				})
+				if pinned = len(bDone) == 0; pinned {
 					if err := a.Close(ctx); err != nil {
 						t.Fatal(err)
 					}
-					r = <-bDone
 				}
+				r = <-bDone
 			}
 			if err := <-aDone; err != nil {
 				t.Logf("A: %v", err)

@@ -876,9 +876,17 @@ func TestHostileOpenPortalHoldsConnection(t *testing.T) {
 	got := hostileReceive(t, a, 5, "A")
 	hostileExpect(t, "A's suspended portal", got, "ParseComplete", "BindComplete", "D[a-row-1]", "D[a-row-2]", "PortalSuspended")
 	b.send(&pgproto3.Execute{}, &pgproto3.Sync{})
-	// B must wait for the connection A still holds: nothing may come
-	// within a second.
-	_ = b.nc.SetReadDeadline(time.Now().Add(time.Second))
+	// B must wait for the connection A still holds: the pooler has B
+	// waiting for it, and nothing has come to B.
+	waitState(t, "B waiting for the connection A holds", func() bool {
+		for _, ci := range h.pooler.Clients() {
+			if ci.State == pooler.ClientWaiting {
+				return true
+			}
+		}
+		return false
+	})
+	_ = b.nc.SetReadDeadline(time.Now().Add(50 * time.Millisecond))
 	if msg, err := b.fe.Receive(); err == nil {
 		t.Fatalf("B's Execute ran while A's portal was open: got %s", summarise(msg))
 	}

@@ -274,6 +274,10 @@ func (s *session) readyLocked(a *attachment, m *reply) {
 	if a.pending() <= 1 {
 		a.begun = false // the status is current: it says whether a block is open
 		a.copy, a.copyOpen, a.copyIn = false, false, false
+		// Everything the client sent has been answered: no
+		// extended-protocol request is open (a Sync marked inCopy, for
+		// a COPY TO or one that failed to start, was answered after all).
+		a.syncPoint = true
 	}
 	if head := a.front(); head != nil {
 		m.head = head
