@@ -25,8 +25,11 @@ import "bytes"
 //     AdvisoryLock, AdvisoryUnlock, OtherBackend);
 //   - any other name, unqualified or qualified by pg_catalog, is plain
 //     when it is a PostgreSQL 15 built-in function (pg_proc in
-//     pg_catalog; pgBuiltins) that does not change session state
-//     (sessionBuiltins lists those that do);
+//     pg_catalog; pgBuiltins) that neither changes session state nor
+//     runs code its call does not show (sessionBuiltins lists those that
+//     do: setseed, query_to_xml and the other functions that run a query
+//     given as text or read a relation, type or index named by an
+//     argument);
 //   - everything else is OpaqueCall: user-defined and extension functions
 //     (dblink…), and anything qualified by another schema (pg_temp.f()).
 //
@@ -48,10 +51,10 @@ var syntaxWords = map[string]struct{}{
 }
 
 // sessionBuiltins are built-ins that change session state no other flag
-// names, so a call of one is OpaqueCall; so is every binary_upgrade_*
-// function (they set the OIDs the session's next objects get). set_config
-// and the advisory lock functions are read by their own rules and never
-// reach this list.
+// names, or that run code the text of their call does not show, so a call
+// of one is OpaqueCall; so is every binary_upgrade_* function (they set
+// the OIDs the session's next objects get). set_config and the advisory
+// lock functions are read by their own rules and never reach this list.
 var sessionBuiltins = map[string]struct{}{
 	"setseed":                             {}, // the session's random() sequence
 	"pg_replication_origin_session_setup": {},
@@ -60,6 +63,56 @@ var sessionBuiltins = map[string]struct{}{
 	"pg_create_physical_replication_slot": {},
 	"pg_backup_start":                     {}, // a backup in progress belongs to the session
 	"pg_backup_stop":                      {},
+
+	// They run a query given as text, or read the relations that a name,
+	// a schema or the database (or a cursor) stands for, whose views and
+	// row-level policies may call user functions: the lexer sees neither
+	// the query nor the functions. query_to_xmlschema plans its query
+	// without reading rows, which still evaluates an immutable function's
+	// call on constants; the other _xmlschema forms read only the
+	// relations' column lists today and are listed with their siblings,
+	// erring towards opaque.
+	"query_to_xml":                  {},
+	"query_to_xmlschema":            {},
+	"query_to_xml_and_xmlschema":    {},
+	"cursor_to_xml":                 {}, // also fetches from, so moves, the cursor
+	"cursor_to_xmlschema":           {},
+	"table_to_xml":                  {},
+	"table_to_xmlschema":            {},
+	"table_to_xml_and_xmlschema":    {},
+	"schema_to_xml":                 {},
+	"schema_to_xmlschema":           {},
+	"schema_to_xml_and_xmlschema":   {},
+	"database_to_xml":               {},
+	"database_to_xmlschema":         {},
+	"database_to_xml_and_xmlschema": {},
+	"ts_stat":                       {}, // ts_stat('SELECT tsvector FROM …')
+	"ts_rewrite":                    {}, // ts_rewrite(tsquery, 'SELECT target, substitute FROM …')
+
+	// They take a type by OID ('t'::regtype) and run its input function,
+	// and the CHECK constraints of a domain among the types involved,
+	// which may call user functions: domain_in('5', 'posint'::regtype, -1).
+	"array_in":      {},
+	"record_in":     {},
+	"range_in":      {},
+	"multirange_in": {},
+	"domain_in":     {},
+
+	// They take an index or a table by OID and evaluate its index
+	// expressions (BRIN summarising), its operator classes' support
+	// functions (GIN's pending list) or its hash partition key's, any of
+	// which may be user functions.
+	"brin_summarize_new_values": {},
+	"brin_summarize_range":      {},
+	"gin_clean_pending_list":    {},
+	"satisfies_hash_partition":  {},
+
+	// They load the slot's output plugin, a shared library the text does
+	// not name, into the session and run it, as LOAD would.
+	"pg_logical_slot_get_changes":         {},
+	"pg_logical_slot_peek_changes":        {},
+	"pg_logical_slot_get_binary_changes":  {},
+	"pg_logical_slot_peek_binary_changes": {},
 }
 
 // otherBackendFuncs are built-ins that act on other server processes or
@@ -123,4 +176,27 @@ func callFlags(name, qualifier []byte, quoted bool) (f Flags, special bool) {
 		return 0, false
 	}
 	return OpaqueCall, false
+}
+
+// pgCatalog is the qualifier HarmlessBuiltin calls with.
+var pgCatalog = []byte("pg_catalog")
+
+// HarmlessBuiltin reports whether a call of pg_catalog.name(…), name as
+// PostgreSQL records it (proname, case kept), gets no flags at all from
+// the function rules above: name is a PostgreSQL 15 built-in that does not
+// change session state, act on other server processes or run code its
+// call does not show (set_config, the advisory lock functions,
+// OtherBackend ones and the OpaqueCall ones of sessionBuiltins report
+// false, and so does any other name). A pooler uses it to judge the
+// built-in functions that a view, a column default, a CHECK constraint or
+// an index expression calls, which run whenever a statement touches the
+// relation although its text shows none of them. It does not allocate.
+func HarmlessBuiltin(name string) bool {
+	if len(name) > nameMax {
+		return false // no built-in's name is this long
+	}
+	var buf [nameMax]byte
+	n := copy(buf[:], name)
+	f, special := callFlags(buf[:n], pgCatalog, true)
+	return f == 0 && !special
 }

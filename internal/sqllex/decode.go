@@ -260,6 +260,12 @@ func appendIdent(b []byte, src string, t token) ([]byte, bool) {
 			return b, false
 		}
 	}
+	return truncateName(b, base), true
+}
+
+// truncateName cuts the name held in b[base:] to 63 bytes, as PostgreSQL
+// does, without splitting a UTF-8 character.
+func truncateName(b []byte, base int) []byte {
 	if n := len(b) - base; n > nameMax {
 		cut := base + nameMax
 		for cut > base && b[cut]&0xC0 == 0x80 {
@@ -267,5 +273,5 @@ func appendIdent(b []byte, src string, t token) ([]byte, bool) {
 		}
 		b = b[:cut]
 	}
-	return b, true
+	return b
 }

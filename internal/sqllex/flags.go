@@ -175,8 +175,11 @@ const (
 	// from an extension, or qualified by a schema other than pg_catalog),
 	// or a built-in that changes session state in ways no other flag names
 	// (setseed, replication-origin and backup sessions, temporary
-	// replication slots; see builtins.go). Like DO and CALL it may do
-	// anything, SET ROLE included (Flags.Opaque).
+	// replication slots) or runs code its call does not show (query_to_xml,
+	// table_to_xml, ts_stat and the like run a query given as text or read
+	// a relation named by an argument; domain_in runs a domain's CHECK;
+	// see builtins.go). Like DO and CALL it may do anything, SET ROLE
+	// included (Flags.Opaque).
 	OpaqueCall
 )
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"math/rand/v2"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -58,6 +59,164 @@ func TestAgainstPostgres(t *testing.T) {
 	t.Run("Names", func(t *testing.T) { namesLikePostgres(t, c) })
 	t.Run("Identity", func(t *testing.T) { identityLikePostgres(t, c) })
 	t.Run("SetConfig", func(t *testing.T) { setConfigLikePostgres(t, c) })
+	t.Run("Mentions", func(t *testing.T) { mentionsLikePostgres(t, c) })
+	t.Run("OpaqueBuiltins", func(t *testing.T) { opaqueBuiltinsRunUserCode(t, c) })
+}
+
+// mentionsLikePostgres creates temporary tables under tricky spellings
+// (case, quotes, escapes, UESCAPE, multibyte characters, names past 63
+// bytes) and checks that MentionsAny finds a query of each by the name
+// PostgreSQL records in pg_class, and by no near name.
+func mentionsLikePostgres(t *testing.T, c *pgtest.Cluster) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	conn := pgConnect(ctx, t, c)
+	for _, spelling := range []string{
+		"Hid_V", `"Hid_V"`, `"hid""v"`, `U&"hid\005fv"`, `U&"h!0069d" UESCAPE '!'`, `U&"\+01F600x"`,
+		`U&"a\\b"`, "ÉCOLE_Ab", "a$b", strings.Repeat("Ab", 40), `"` + strings.Repeat("é", 40) + `"`,
+		"xx" + strings.Repeat("é", 350), `"xx` + strings.Repeat("É", 350) + `"`,
+		`"` + strings.Repeat(`""`, 350) + `"`, `U&"` + strings.Repeat(`\0064`, 70) + `"`,
+	} {
+		if _, err := conn.Exec(ctx, "CREATE TEMP TABLE "+spelling+" ()").ReadAll(); err != nil {
+			t.Fatalf("CREATE TEMP TABLE %.80s: %v", spelling, err)
+		}
+		res := conn.ExecParams(ctx, "SELECT relname::text FROM pg_class WHERE relnamespace = pg_my_temp_schema()", nil, nil, nil, nil).Read()
+		if res.Err != nil || len(res.Rows) != 1 {
+			t.Fatalf("%.80s: pg_class: %v, %d rows", spelling, res.Err, len(res.Rows))
+		}
+		name := string(res.Rows[0][0])
+		for _, sql := range []string{"SELECT * FROM " + spelling, "TABLE pg_temp." + spelling} {
+			if !MentionsAny(sql, map[string]struct{}{name: {}}, nil) {
+				t.Errorf("%.80q: PostgreSQL calls the table %q, MentionsAny does not see it", sql, name)
+			}
+			for _, near := range []string{strings.ToUpper(name), strings.ToLower(name), name + "x", name[:len(name)-1]} {
+				if near != name && MentionsAny(sql, map[string]struct{}{near: {}}, nil) {
+					t.Errorf("%.80q: PostgreSQL calls the table %q, MentionsAny takes %q for it", sql, name, near)
+				}
+			}
+		}
+		if _, err := conn.Exec(ctx, "DROP TABLE pg_temp."+spelling).ReadAll(); err != nil {
+			t.Fatalf("DROP TABLE %.80s: %v", spelling, err)
+		}
+	}
+}
+
+// opaqueBuiltinsRunUserCode shows, for the built-ins sessionBuiltins lists
+// because they run code their call does not show, that a call of each
+// runs a user function whose name the text does not hold outside string
+// constants (MentionsAny does not see it; only OpaqueCall flags the call):
+// the function raises a NOTICE the connection counts. Not exercised here:
+// the _xmlschema forms that read no rows, and pg_logical_slot_*, which
+// need wal_level=logical and an output plugin.
+func opaqueBuiltinsRunUserCode(t *testing.T, c *pgtest.Cluster) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cfg, err := pgconn.ParseConfig(c.SuperURL("postgres"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ran atomic.Int32
+	cfg.OnNotice = func(_ *pgconn.PgConn, n *pgconn.Notice) {
+		if n.Message == "hidden ran" {
+			ran.Add(1)
+		}
+	}
+	conn, err := pgconn.ConnectConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = conn.Close(ctx)
+		_ = c.Exec(ctx, "DROP SCHEMA IF EXISTS sqllex_opaque CASCADE")
+	})
+	const setup = `CREATE SCHEMA sqllex_opaque;
+SET search_path = sqllex_opaque, pg_catalog;
+CREATE FUNCTION hidden(int) RETURNS int LANGUAGE plpgsql AS $$BEGIN RAISE NOTICE 'hidden ran'; RETURN $1; END$$;
+CREATE FUNCTION hidden_imm(int) RETURNS int LANGUAGE plpgsql IMMUTABLE AS $$BEGIN RAISE NOTICE 'hidden ran'; RETURN $1; END$$;
+CREATE FUNCTION hidden_ok(int) RETURNS bool LANGUAGE plpgsql IMMUTABLE AS $$BEGIN RAISE NOTICE 'hidden ran'; RETURN true; END$$;
+CREATE FUNCTION hidden_hash(int, bigint) RETURNS bigint LANGUAGE plpgsql IMMUTABLE AS $$BEGIN RAISE NOTICE 'hidden ran'; RETURN hashint4extended($1, $2); END$$;
+CREATE VIEW v AS SELECT hidden(a) AS a FROM (VALUES (1)) s (a);
+CREATE VIEW docs AS SELECT to_tsvector('simple', 'a b') AS t FROM v;
+CREATE VIEW rewrites AS SELECT 'a'::tsquery AS target, 'b'::tsquery AS substitute FROM v;
+CREATE DOMAIN posint AS int CHECK (hidden_ok(VALUE));
+CREATE TYPE comp AS (a posint);
+CREATE TYPE rng AS RANGE (subtype = posint);
+CREATE TABLE bt (a int);
+INSERT INTO bt VALUES (1);
+CREATE INDEX bt_brin ON bt USING brin (hidden_imm(a));
+CREATE OPERATOR CLASS hidden_ops FOR TYPE int USING hash AS OPERATOR 1 =, FUNCTION 2 hidden_hash(int, bigint);
+CREATE TABLE hp (a int) PARTITION BY HASH (a hidden_ops);
+CREATE FUNCTION hidden_cmp(int, int) RETURNS int LANGUAGE plpgsql IMMUTABLE AS $$BEGIN RAISE NOTICE 'hidden ran'; RETURN btint4cmp($1, $2); END$$;
+CREATE OPERATOR CLASS hidden_gin_ops FOR TYPE int[] USING gin AS OPERATOR 2 @> (anyarray, anyarray),
+	FUNCTION 1 hidden_cmp(int, int), FUNCTION 2 ginarrayextract(anyarray, internal, internal),
+	FUNCTION 3 ginqueryarrayextract(anyarray, internal, int2, internal, internal, internal, internal),
+	FUNCTION 4 ginarrayconsistent(internal, int2, anyarray, int4, internal, internal, internal, internal), STORAGE int;
+CREATE TABLE ga (a int[]);
+CREATE INDEX ga_gin ON ga USING gin (a hidden_gin_ops) WITH (fastupdate = on);
+INSERT INTO ga VALUES ('{1,2,3}'), ('{3,4}')`
+	if _, err := conn.Exec(ctx, setup).ReadAll(); err != nil {
+		t.Fatal(err)
+	}
+	ran.Store(0)
+	if _, err := conn.Exec(ctx, "SELECT lower('v'), count(*) FROM v").ReadAll(); err != nil || ran.Load() != 1 {
+		t.Fatalf("the view's function ran %d times (%v), want once: the count is broken", ran.Load(), err)
+	}
+	hidden := map[string]struct{}{}
+	for _, n := range []string{"hidden", "hidden_imm", "hidden_ok", "hidden_hash", "hidden_ops", "v", "docs",
+		"rewrites", "posint", "comp", "rng", "rng_multirange", "bt", "bt_brin", "hp", "hidden_cmp", "hidden_gin_ops",
+		"ga", "ga_gin", "sqllex_opaque"} {
+		hidden[n] = struct{}{}
+	}
+	for _, tc := range []struct{ before, name, call, after string }{
+		{"", "query_to_xml", "query_to_xml('SELECT * FROM v', true, false, '')", ""},
+		{"", "query_to_xmlschema", "query_to_xmlschema('SELECT hidden_imm(4)', true, false, '')", ""},
+		{"", "query_to_xml_and_xmlschema", "query_to_xml_and_xmlschema('SELECT * FROM v', true, false, '')", ""},
+		{"BEGIN; DECLARE c CURSOR FOR SELECT * FROM v", "cursor_to_xml", "cursor_to_xml('c', 1, true, false, '')", "COMMIT"},
+		{"", "table_to_xml", "table_to_xml('v', true, false, '')", ""},
+		{"", "table_to_xml_and_xmlschema", "table_to_xml_and_xmlschema('v', true, false, '')", ""},
+		{"", "schema_to_xml", "schema_to_xml('sqllex_opaque', true, false, '')", ""},
+		{"", "schema_to_xml_and_xmlschema", "schema_to_xml_and_xmlschema('sqllex_opaque', true, false, '')", ""},
+		{"", "database_to_xml", "database_to_xml(true, false, '')", ""},
+		{"", "database_to_xml_and_xmlschema", "database_to_xml_and_xmlschema(true, false, '')", ""},
+		{"", "ts_stat", "count(*) FROM ts_stat('SELECT t FROM docs')", ""},
+		{"", "ts_rewrite", "ts_rewrite('a'::tsquery, 'SELECT target, substitute FROM rewrites')", ""},
+		{"", "array_in", "array_in('{5}', 'posint'::regtype, -1)", ""},
+		{"", "record_in", "record_in('(6)', 'comp'::regtype, -1)", ""},
+		{"", "range_in", "range_in('[1,2]', 'rng'::regtype, -1)", ""},
+		{"", "multirange_in", "multirange_in('{[3,4]}', 'rng_multirange'::regtype, -1)", ""},
+		{"", "domain_in", "domain_in('7', 'posint'::regtype, -1) IS NULL", ""},
+		{"SELECT brin_desummarize_range('bt_brin', 0)", "brin_summarize_range", "brin_summarize_range('bt_brin', 0)", ""},
+		{"SELECT brin_desummarize_range('bt_brin', 0)", "brin_summarize_new_values", "brin_summarize_new_values('bt_brin')", ""},
+		{"", "satisfies_hash_partition", "satisfies_hash_partition('hp'::regclass, 2, 0, 5)", ""},
+		{"", "gin_clean_pending_list", "gin_clean_pending_list('ga_gin')", ""},
+	} {
+		if tc.before != "" {
+			if _, err := conn.Exec(ctx, tc.before).ReadAll(); err != nil {
+				t.Fatalf("%s: %v", tc.before, err)
+			}
+		}
+		ran.Store(0)
+		sql := "SELECT " + tc.call
+		if _, err := conn.Exec(ctx, sql).ReadAll(); err != nil {
+			t.Fatalf("%s: %v", sql, err)
+		}
+		if ran.Load() == 0 {
+			t.Errorf("%s: ran no user function", sql)
+		}
+		if tc.after != "" {
+			if _, err := conn.Exec(ctx, tc.after).ReadAll(); err != nil {
+				t.Fatalf("%s: %v", tc.after, err)
+			}
+		}
+		if f := Classify(sql).Flags; f&OpaqueCall == 0 || HarmlessBuiltin(tc.name) {
+			t.Errorf("%s: Classify %v, HarmlessBuiltin(%s) %v; want OpaqueCall, false", sql, f, tc.name, HarmlessBuiltin(tc.name))
+		}
+		if MentionsAny(sql, hidden, nil) {
+			t.Errorf("%s: MentionsAny sees a name outside its strings", sql)
+		}
+	}
 }
 
 // setConfigLikePostgres runs set_config calls whose arguments are spelled

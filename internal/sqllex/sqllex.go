@@ -16,6 +16,13 @@
 // PostgreSQL built-in, see builtins.go) and writes to pg_settings are
 // found anywhere in a statement.
 //
+// What the text cannot show, the user code that the catalog attaches to
+// relations, types and operators (triggers, rules, views calling user
+// functions, user-defined operators), a caller looks up itself:
+// MentionsAny tells whether a text names one of a set of objects or uses
+// one of a list of operators, and HarmlessBuiltin whether a built-in
+// function that such an object calls is one the lexer calls plain.
+//
 // Plain '…' strings are read as with standard_conforming_strings on (the
 // default since PostgreSQL 9.1). When a backslash in one means the text
 // would split differently with it off, the result carries Ambiguous. The
