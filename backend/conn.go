@@ -268,7 +268,25 @@ func (c *Conn) alive() error {
 // EmptyQueryResponse and ReadyForQuery. It proves the server process is alive
 // and the connection is in sync, and bounds the wait by timeout and ctx.
 // ParameterStatus messages that arrive on the way update Params.
-func (c *Conn) ping(ctx context.Context, timeout time.Duration) (err error) {
+func (c *Conn) ping(ctx context.Context, timeout time.Duration) error {
+	if err := c.query(ctx, timeout, "", nil); err != nil {
+		return fmt.Errorf("health check: %w", err)
+	}
+	return nil
+}
+
+// Query runs sql, a read-only statement of the pooler's own (never a
+// client's), as a simple Query on an idle connection the caller holds, and
+// hands each DataRow's body to row. It returns once the server is idle
+// again, with the server's error if the statement failed; the wait is
+// bounded by timeout and ctx. The connection is left as the server left it:
+// the caller destroys it on any error that is not the server's.
+func (c *Conn) Query(ctx context.Context, timeout time.Duration, sql string, row func(body []byte) error) error {
+	return c.query(ctx, timeout, sql, row)
+}
+
+// query is Query; an empty sql expects EmptyQueryResponse (ping).
+func (c *Conn) query(ctx context.Context, timeout time.Duration, sql string, row func([]byte) error) (err error) {
 	deadline := time.Now().Add(timeout)
 	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
 		deadline = d
@@ -287,38 +305,63 @@ func (c *Conn) ping(ctx context.Context, timeout time.Duration) (err error) {
 		}
 	}()
 
-	// Query message with an empty query string: 'Q', length 5, "\x00".
-	if _, err := c.W.Write([]byte{'Q', 0, 0, 0, 5, 0}); err != nil {
-		return fmt.Errorf("write health check: %w", err)
+	if sql == "" {
+		// Query message with an empty query string: 'Q', length 5, "\x00".
+		_, err = c.W.Write([]byte{'Q', 0, 0, 0, 5, 0})
+	} else {
+		b := append(wire.AppendHeader(make([]byte, 0, 6+len(sql)), 'Q', len(sql)+1), sql...)
+		_, err = c.W.Write(append(b, 0))
+	}
+	if err != nil {
+		return fmt.Errorf("write query: %w", err)
 	}
 	if err := c.W.Flush(); err != nil {
-		return fmt.Errorf("write health check: %w", err)
+		return fmt.Errorf("write query: %w", err)
 	}
-	sawEmpty := false
+	var failed error
+	done := false // the reply the statement owes came (EmptyQueryResponse or CommandComplete)
 	for {
 		typ, _, err := c.R.Next()
 		if err != nil {
-			return fmt.Errorf("read health check reply: %w", err)
+			return fmt.Errorf("read reply: %w", err)
 		}
 		switch typ {
-		case 'I': // EmptyQueryResponse
-			sawEmpty = true
+		case 'I', 'C': // EmptyQueryResponse, CommandComplete
+			done = done || (typ == 'I') == (sql == "")
 			if err := c.R.Skip(); err != nil {
-				return fmt.Errorf("read health check reply: %w", err)
+				return fmt.Errorf("read reply: %w", err)
+			}
+		case 'T': // RowDescription
+			if err := c.R.Skip(); err != nil {
+				return fmt.Errorf("read reply: %w", err)
+			}
+		case 'D': // DataRow
+			body, err := c.R.Body()
+			if err != nil {
+				return fmt.Errorf("read reply: %w", err)
+			}
+			if row == nil {
+				return fmt.Errorf("unexpected DataRow")
+			}
+			if err := row(body); err != nil && failed == nil {
+				failed = err // read on to ReadyForQuery, so the connection stays in sync
 			}
 		case 'Z': // ReadyForQuery
 			body, err := c.R.Body()
 			if err != nil {
-				return fmt.Errorf("read health check reply: %w", err)
+				return fmt.Errorf("read reply: %w", err)
 			}
-			if !sawEmpty || len(body) != 1 || body[0] != 'I' {
-				return fmt.Errorf("health check: unexpected ReadyForQuery (status %q, empty reply seen %v)", body, sawEmpty)
+			if failed != nil {
+				return failed
+			}
+			if !done || len(body) != 1 || body[0] != 'I' {
+				return fmt.Errorf("unexpected ReadyForQuery (status %q, reply seen %v)", body, done)
 			}
 			return nil
 		case 'S': // ParameterStatus
 			body, err := c.R.Body()
 			if err != nil {
-				return fmt.Errorf("read health check reply: %w", err)
+				return fmt.Errorf("read reply: %w", err)
 			}
 			if name, rest, ok := wire.CString(body); ok {
 				if val, _, ok := wire.CString(rest); ok {
@@ -327,19 +370,28 @@ func (c *Conn) ping(ctx context.Context, timeout time.Duration) (err error) {
 			}
 		case 'N', 'A': // NoticeResponse, NotificationResponse
 			if err := c.R.Skip(); err != nil {
-				return fmt.Errorf("read health check reply: %w", err)
+				return fmt.Errorf("read reply: %w", err)
 			}
 		case 'E':
 			body, err := c.R.Body()
 			if err != nil {
-				return fmt.Errorf("read health check reply: %w", err)
+				return fmt.Errorf("read reply: %w", err)
 			}
-			return fmt.Errorf("health check: server error: %s", errorMessage(body))
+			if failed == nil {
+				failed = &ServerError{msg: errorMessage(body)}
+			}
+			done = true
 		default:
-			return fmt.Errorf("health check: unexpected message type %q", typ)
+			return fmt.Errorf("unexpected message type %q", typ)
 		}
 	}
 }
+
+// ServerError is the error of a statement Query ran: the server answered,
+// and the connection is idle and in sync again.
+type ServerError struct{ msg string }
+
+func (e *ServerError) Error() string { return "server error: " + e.msg }
 
 // errorMessage renders an ErrorResponse body as "SEVERITY CODE: message" for
 // logs, without allocating a decoder.

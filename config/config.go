@@ -57,6 +57,7 @@ const (
 	DefaultPipelineDepth         = defaults.PipelineDepth
 	DefaultPipelineWhen          = "fast"
 	DefaultPipelineFastThreshold = defaults.PipelineFastThreshold
+	DefaultCatalogRefresh        = defaults.CatalogRefresh
 	DefaultMaxMessageBytes       = defaults.MaxMessageLen
 	DefaultShutdownGrace         = 30 * time.Second
 	DefaultLogLevel              = "info"
@@ -306,6 +307,13 @@ type Config struct {
 	// to be written behind one; a query already running longer takes no
 	// one behind it. Default: 5ms.
 	PipelineFastThreshold time.Duration `yaml:"pipeline_fast_threshold"`
+
+	// CatalogRefresh is how often, in transaction mode, each database's
+	// catalog is read again for the tables, views, types and operators
+	// whose use runs code a query's text does not show (triggers, rules,
+	// views, defaults calling functions): DDL run past the pooler is seen
+	// within this time. Default: 5s.
+	CatalogRefresh time.Duration `yaml:"catalog_refresh"`
 
 	// PipelineWhen is accepted as "fast" (the default) or "busy" and both
 	// now behave alike: a request is pipelined only when the pool is full
@@ -557,6 +565,7 @@ func (c *Config) ApplyDefaults() {
 	setIf(&c.StatementCacheSize, 0, DefaultStatementCacheSize)
 	setIf(&c.PipelineDepth, 0, DefaultPipelineDepth)
 	setIf(&c.PipelineFastThreshold, 0, DefaultPipelineFastThreshold)
+	setIf(&c.CatalogRefresh, 0, DefaultCatalogRefresh)
 	setIf(&c.PipelineWhen, "", DefaultPipelineWhen)
 	setIf(&c.MaxMessageBytes, 0, DefaultMaxMessageBytes)
 	setIf(&c.ShutdownGrace, 0, DefaultShutdownGrace)
@@ -711,6 +720,9 @@ func (c *Config) Validate() error {
 	}
 	if c.PipelineFastThreshold < 0 {
 		bad("pipeline_fast_threshold: %s must not be negative", c.PipelineFastThreshold)
+	}
+	if c.CatalogRefresh < 0 {
+		bad("catalog_refresh: %s must not be negative", c.CatalogRefresh)
 	}
 	if c.StatementCacheSize < 0 {
 		bad("statement_cache_size: %d must not be negative", c.StatementCacheSize)

@@ -155,6 +155,14 @@ type Config struct {
 	// Default: SessionStatePin.
 	SessionState SessionStatePolicy
 
+	// CatalogRefresh is how often, in transaction mode, the pooler reads
+	// each database's catalog again for the relations, types and operators
+	// whose use runs code the query text does not show (triggers, rules,
+	// views, defaults calling user functions; see catalog.go). DDL sent
+	// through the pooler is noticed at once; DDL run past it is noticed
+	// within this time. Default: 5s.
+	CatalogRefresh time.Duration
+
 	// ResetQuery runs on a server connection before it goes back to the pool
 	// after a session-mode client leaves. Default: "DISCARD ALL".
 	ResetQuery string
@@ -226,7 +234,7 @@ func (c *Config) Validate() error {
 	if c.MaxClients < 0 || c.MaxMessageLen < 0 || c.StatementCacheSize < 0 || c.ClientStatementLimit < 0 || c.ClientStatementBytes < 0 {
 		return errors.New("pooler: limits must not be negative")
 	}
-	if c.StartupTimeout < 0 || c.AcquireTimeout < 0 || c.IdleTransactionTimeout < 0 || c.ClientIdleTimeout < 0 || c.QueryTimeout < 0 {
+	if c.StartupTimeout < 0 || c.AcquireTimeout < 0 || c.IdleTransactionTimeout < 0 || c.ClientIdleTimeout < 0 || c.QueryTimeout < 0 || c.CatalogRefresh < 0 {
 		return errors.New("pooler: timeouts must not be negative")
 	}
 	if c.MaxClients == 0 {
@@ -240,6 +248,9 @@ func (c *Config) Validate() error {
 	}
 	if c.AcquireTimeout == 0 {
 		c.AcquireTimeout = defaults.AcquireTimeout
+	}
+	if c.CatalogRefresh == 0 {
+		c.CatalogRefresh = defaults.CatalogRefresh
 	}
 	if c.StatementCacheSize == 0 {
 		c.StatementCacheSize = defaults.StatementCacheSize

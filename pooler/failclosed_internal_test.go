@@ -2,6 +2,8 @@ package pooler
 
 import (
 	"testing"
+
+	"github.com/pgquic/pgquic/pooler/hiddencode"
 )
 
 // TestInspectSQLFailsClosed checks what inspectSQL says of the texts that
@@ -69,7 +71,7 @@ func TestScanBatchRefusesFunctionCall(t *testing.T) {
 		"Query SELECT INTO temp": query("SELECT 1 INTO pg_temp.leak"),
 	} {
 		typ, body, rest := split(req)
-		if _, ok := scanBatch(typ, body, rest, nil, nil, nil); ok {
+		if _, ok := scanBatch(typ, body, rest, nil, nil, nil, hiddencode.None); ok {
 			t.Errorf("%s qualifies for a shared server connection", name)
 		}
 	}

@@ -190,6 +190,7 @@ func (s *session) noteSQL(a *attachment, info sqlInfo) {
 		// use, so a client's new statement of the same text cannot meet
 		// 0A000 "cached plan must not change result type".
 		a.st.stmts.Drop(false)
+		s.noteDDLLocked(a)
 	}
 	if info.paramsAll || len(info.params) > 0 || len(info.resets) > 0 {
 		a.st.clientSet(info.params, info.paramsAll)

@@ -25,6 +25,13 @@ type metrics struct {
 	pins         *prometheus.CounterVec
 	pinned       prometheus.Gauge
 	zeroRTT      *prometheus.CounterVec // requests received in 0-RTT (zerortt.go)
+	// catalogReads counts reads of a database's catalog for code behind
+	// names by result; hidden the requests read as opaque for such code
+	// (catalog.go), hiddenNamed and hiddenUnknown its two series.
+	catalogReads  *prometheus.CounterVec
+	hidden        *prometheus.CounterVec
+	hiddenNamed   prometheus.Counter
+	hiddenUnknown prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -78,7 +85,19 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Namespace: "pgquic", Subsystem: "pooler", Name: "pinned_clients",
 			Help: "Transaction-mode clients currently pinned to their server connection.",
 		}),
+		catalogReads: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "pgquic", Subsystem: "pooler", Name: "catalog_reads_total",
+			Help: "Reads of a database's catalog for the relations, types and operators whose use runs code the query text does not show, by result: ok, failed, or discarded (the catalog changed meanwhile).",
+		}, []string{"result"}),
+		hidden: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "pgquic", Subsystem: "pooler", Name: "hidden_code_requests_total",
+			Help: "Transaction-mode statements treated as running code their text does not show, and so probed afterwards and never pipelined: named (the text names a relation, type or operator carrying such code) or catalog_unknown (the catalog was not known at the time).",
+		}, []string{"reason"}),
 	}
+	defer func() { // the series of the vectors kept, adopted or not
+		m.hiddenNamed = m.hidden.WithLabelValues("named")
+		m.hiddenUnknown = m.hidden.WithLabelValues("catalog_unknown")
+	}()
 	if reg == nil {
 		return m, nil
 	}
@@ -98,6 +117,8 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	adopt(reg, &m.serverErrors, &errs)
 	adopt(reg, &m.pins, &errs)
 	adopt(reg, &m.pinned, &errs)
+	adopt(reg, &m.catalogReads, &errs)
+	adopt(reg, &m.hidden, &errs)
 	m.zeroRTT = newZeroRTTCounter()
 	adopt(reg, &m.zeroRTT, &errs)
 	if err := errors.Join(errs...); err != nil {

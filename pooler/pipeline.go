@@ -10,6 +10,7 @@ import (
 	"github.com/pgquic/pgquic/internal/pgproto"
 	"github.com/pgquic/pgquic/internal/sqllex"
 	"github.com/pgquic/pgquic/internal/wire"
+	"github.com/pgquic/pgquic/pooler/hiddencode"
 	"github.com/pgquic/pgquic/pooler/lanes"
 )
 
@@ -63,9 +64,7 @@ func (p *Pooler) laneLimits() lanes.Limits {
 }
 
 // lanesOf returns the lanes of pool.
-func lanesOf(pool *backend.Pool) *lanes.Pool {
-	return pool.Shared(func() any { return lanes.New(pool, ErrServerLost) }).(*lanes.Pool)
-}
+func lanesOf(pool *backend.Pool) *lanes.Pool { return sharedOf(pool).Pool }
 
 // lead makes the session's request, rd, the first on conn, freshly
 // borrowed; the lane is kept with the connection's state.
@@ -104,7 +103,7 @@ func (s *session) pipelineCheckLocked(typ byte, body []byte) pipeBatch {
 		return pipeBatch{}
 	}
 	rest := s.cr.Peek()
-	fp, ok := scanBatch(typ, body, rest, s.stmts, s.unnamed, &s.pipeText)
+	fp, ok := scanBatch(typ, body, rest, s.stmts, s.unnamed, &s.pipeText, catalogOf(s.pool).current())
 	if !ok {
 		return pipeBatch{}
 	}
@@ -115,17 +114,19 @@ func (s *session) pipelineCheckLocked(typ byte, body []byte) pipeBatch {
 // has been read, then the bytes buffered after it. It reports whether the
 // request is complete (ends in Sync, or is one Query, with nothing after
 // it), small, and made of messages and statements that qualify, and its
-// fingerprint. stmts and unnamed are the client's prepared statements.
+// fingerprint. stmts and unnamed are the client's prepared statements;
+// names is the catalog's code behind names (catalog.go), and a text that
+// names any does not qualify.
 //
 // first is what the lexer found in the first message's statement text:
 // when known, the handler had it already and the text is not lexed again;
 // when not, scanBatch fills it in when it lexes that text, so the handler
 // need not either.
-func scanBatch(typ byte, body, rest []byte, stmts map[string]*stmt, unnamed *stmt, first *lexedText) (uint64, bool) {
-	if len(body)+len(rest) > maxPipeBatch {
+func scanBatch(typ byte, body, rest []byte, stmts map[string]*stmt, unnamed *stmt, first *lexedText, names *hiddencode.Names) (uint64, bool) {
+	if len(body)+len(rest) > maxPipeBatch || names == nil {
 		return 0, false
 	}
-	c := batchScan{stmts: stmts, unnamed: unnamed, first: first}
+	c := batchScan{stmts: stmts, unnamed: unnamed, first: first, names: names}
 	ok := c.msg(typ, body)
 	c.first = nil
 	if !ok {
@@ -160,6 +161,13 @@ type batchScan struct {
 	unnamedFP uint64            // its fingerprint
 	parsed    map[string]uint64 // named statements the request parses, by fingerprint
 	first     *lexedText        // while the first message is read: what is known of its text
+	names     *hiddencode.Names // the catalog's code behind names
+}
+
+// qualifies reports whether a prepared statement may share a server
+// connection: its text is plain and names no code behind names.
+func (c *batchScan) qualifies(st *stmt) bool {
+	return st != nil && st.info.pipe && !hiddenIn(c.names, st.text(), &st.hid)
 }
 
 // lexedText is what the lexer found in one statement text, kept so the
@@ -183,7 +191,7 @@ func (c *batchScan) plainSQL(q []byte) (bool, uint64) {
 	if c.first.of(q) {
 		return c.first.plain, c.first.fp
 	}
-	if !pipeSafeSQL(q) {
+	if !pipeSafeSQL(q) || hiddenIn(c.names, q, nil) {
 		if c.first != nil {
 			*c.first = lexedText{text: q}
 		}
@@ -273,7 +281,7 @@ func (c *batchScan) parse(body []byte) bool {
 	if len(name) == 0 && c.unnamed != nil && c.unnamed.key == string(rest) {
 		// The client's unnamed statement again, word for word: the
 		// handler reuses it (handleParse), and its classification.
-		c.unnamedOK, c.unnamedFP = c.unnamed.info.pipe, c.unnamed.info.fp
+		c.unnamedOK, c.unnamedFP = c.qualifies(c.unnamed), c.unnamed.info.fp
 		return c.unnamedOK
 	}
 	fp, ok := c.plainText(rest)
@@ -301,7 +309,7 @@ func (c *batchScan) stmtFP(name []byte) (uint64, bool) {
 		if c.unnamedOK {
 			return c.unnamedFP, true
 		}
-		if c.unnamed == nil || !c.unnamed.info.pipe {
+		if !c.qualifies(c.unnamed) {
 			return 0, false
 		}
 		return c.unnamed.info.fp, true
@@ -310,7 +318,7 @@ func (c *batchScan) stmtFP(name []byte) (uint64, bool) {
 		return fp, true
 	}
 	st := c.stmts[string(name)]
-	if st == nil || !st.info.pipe {
+	if !c.qualifies(st) {
 		return 0, false
 	}
 	return st.info.fp, true

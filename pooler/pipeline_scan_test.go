@@ -2,6 +2,7 @@ package pooler
 
 import (
 	"encoding/binary"
+	"github.com/pgquic/pgquic/pooler/hiddencode"
 	"testing"
 
 	"github.com/pgquic/pgquic/internal/wire"
@@ -96,7 +97,7 @@ func TestScanBatch(t *testing.T) {
 		if len(body) > len(c.req) {
 			t.Fatal(c.name)
 		}
-		_, ok := scanBatch(typ, body, rest, stmts, nil, nil)
+		_, ok := scanBatch(typ, body, rest, stmts, nil, nil, hiddencode.None)
 		if ok != c.ok {
 			t.Errorf("%s: qualifies = %v, want %v", c.name, ok, c.ok)
 		}
@@ -104,7 +105,7 @@ func TestScanBatch(t *testing.T) {
 	// Texts differing only in constants share a fingerprint.
 	fp := func(sql string) uint64 {
 		typ, body, rest := split(query(sql))
-		f, _ := scanBatch(typ, body, rest, nil, nil, nil)
+		f, _ := scanBatch(typ, body, rest, nil, nil, nil, hiddencode.None)
 		return f
 	}
 	f1, f2, f3 := fp("SELECT abalance FROM a WHERE aid = 1"), fp("SELECT abalance FROM a WHERE aid = 2"), fp("SELECT pg_sleep(1)")
@@ -120,7 +121,7 @@ func TestScanBatchUnnamedFingerprints(t *testing.T) {
 	fp := func(req []byte, unnamed *stmt) uint64 {
 		t.Helper()
 		typ, body, rest := split(req)
-		f, ok := scanBatch(typ, body, rest, nil, unnamed, nil)
+		f, ok := scanBatch(typ, body, rest, nil, unnamed, nil, hiddencode.None)
 		if !ok {
 			t.Fatalf("%q does not qualify", req)
 		}
@@ -156,19 +157,19 @@ func TestScanBatchLexesOnce(t *testing.T) {
 	// What the handler found is believed, even against the text, so the
 	// scan provably did not lex again.
 	known := lexedText{text: q, plain: false}
-	if _, ok := scanBatch(typ, body, rest, nil, nil, &known); ok {
+	if _, ok := scanBatch(typ, body, rest, nil, nil, &known, hiddencode.None); ok {
 		t.Error("the scan lexed a text whose classification it was given")
 	}
 	// The same classification for a copy of the text is not believed.
 	other := append([]byte(nil), q...)
 	known = lexedText{text: other, plain: false}
-	if _, ok := scanBatch(typ, body, rest, nil, nil, &known); !ok {
+	if _, ok := scanBatch(typ, body, rest, nil, nil, &known, hiddencode.None); !ok {
 		t.Error("the scan used a classification of other bytes")
 	}
 	// Found by the scan: reported for the handler.
 	typ, body, rest = split(cat(parse("", "SELECT 2"), bindU, exec0, sync5))
 	var found lexedText
-	f, ok := scanBatch(typ, body, rest, nil, nil, &found)
+	f, ok := scanBatch(typ, body, rest, nil, nil, &found, hiddencode.None)
 	if !ok || !found.plain || found.fp == 0 {
 		t.Fatalf("scan reported %+v (ok %v)", found, ok)
 	}
@@ -194,7 +195,7 @@ func FuzzScanBatch(f *testing.F) {
 	f.Fuzz(func(t *testing.T, typ byte, body, rest []byte) {
 		stmts := map[string]*stmt{"s": {info: sqlInfo{pipe: true}}}
 		var first lexedText
-		if _, ok := scanBatch(typ, body, rest, stmts, nil, &first); ok {
+		if _, ok := scanBatch(typ, body, rest, stmts, nil, &first, hiddencode.None); ok {
 			if typ != 'Q' && !endsInSync(rest) && typ != 'S' {
 				t.Fatalf("accepted a request that does not end in Sync: %q %q %q", typ, body, rest)
 			}

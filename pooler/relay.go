@@ -65,6 +65,7 @@ type entry struct {
 // guarded by the session's mu, except clientGone.
 type attachment struct {
 	conn   *backend.Conn
+	ddl    bool // the server ran DDL whose transaction has not ended (catalog.go)
 	st     *serverState
 	gen    uint64 // the session's count of attachments when this one began (a deferred cancel's check)
 	queue  []entry
@@ -271,6 +272,13 @@ func (s *session) readyLocked(a *attachment, m *reply) {
 	// that will not come.
 	s.discardToSync(a)
 	a.skipping = false
+	if a.ddl && a.status == 'I' {
+		if a.pending() <= 1 {
+			s.endDDLLocked(a) // everything sent was answered, outside any block
+		} else {
+			catalogOf(a.conn.Pool()).invalidate()
+		}
+	}
 	if a.pending() <= 1 {
 		a.begun = false // the status is current: it says whether a block is open
 		a.copy, a.copyOpen, a.copyIn = false, false, false
@@ -454,6 +462,7 @@ func (s *session) serverLost(a *attachment, err error) {
 	s.mu.Lock()
 	a.released = true
 	a.destroy = true
+	s.endDDLLocked(a)
 	gone := a.clientGone.Load() || a.closing
 	told := a.fatalSent
 	s.busy.Store(false)

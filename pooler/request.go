@@ -274,6 +274,11 @@ func (s *session) connect(ctx context.Context, b pipeBatch) (*backend.Conn, *lan
 		if err != nil {
 			return nil, nil, "", err
 		}
+		if (rd == nil || !rd.Joined()) && s.p.cfg.Mode == ModeTransaction && !s.p.learnOn(ctx, conn) {
+			// Reading the catalog (catalog.go) broke the connection.
+			s.releaseConn(conn, rd, true)
+			continue
+		}
 		if rd != nil && rd.Joined() && !s.riderSynced(rd) {
 			// The connection's parameters are not the client's after
 			// all: step back and wait for a connection of its own.
@@ -794,6 +799,7 @@ func (s *session) finishRelease(a *attachment) {
 		}
 	}
 	s.mu.Lock()
+	s.endDDLLocked(a)
 	destroy := a.destroy
 	draining := s.draining
 	resetID := a.identity

@@ -432,7 +432,11 @@ func (s *session) login(ctx context.Context, sp *startupParams, authenticated fu
 			s.lastRequest = time.Now() // until the first request stamps it
 			s.mu.Unlock()
 		} else {
-			conn.Release()
+			if !p.learnOn(ctx, conn) {
+				conn.Destroy()
+			} else {
+				conn.Release()
+			}
 		}
 	}
 	if s.desired == nil {

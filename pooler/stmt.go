@@ -44,8 +44,9 @@ type stmt struct {
 	name  string // server-side name; "" for the unnamed statement
 	parse []byte // complete Parse frame under the server name; never modified
 	info  sqlInfo
-	used  bool   // the client has described or bound it since parsing it (stale.go); guarded by s.mu
-	gen   uint64 // generation of the result shape the client was told (stale.go); guarded by s.mu
+	hid   hiddenMemo // whether the text names code behind names (catalog.go); guarded by s.mu
+	used  bool       // the client has described or bound it since parsing it (stale.go); guarded by s.mu
+	gen   uint64     // generation of the result shape the client was told (stale.go); guarded by s.mu
 }
 
 // newStmt builds the Parse frame of a statement once. Its key is a view into
@@ -70,6 +71,12 @@ func newStmt(name string, key []byte, lexed *lexedText) *stmt {
 		}
 	}
 	return st
+}
+
+// text returns the statement's query text.
+func (st *stmt) text() []byte {
+	q, _, _ := wire.CString(unsafe.Slice(unsafe.StringData(st.key), len(st.key)))
+	return q
 }
 
 // size is what the statement costs the pooler, for ClientStatementBytes.
@@ -371,8 +378,13 @@ func (s *session) handleBind(ctx context.Context) error {
 	if len(name) == 0 {
 		run = s.unnamed
 	}
+	var info sqlInfo
 	if run != nil {
-		if err := s.checkIdentity(run.info); err != nil {
+		info = run.info
+		s.mu.Lock()
+		s.checkHidden(&info, run.text(), &run.hid)
+		s.mu.Unlock()
+		if err := s.checkIdentity(info); err != nil {
 			return s.raise(err, false)
 		}
 	}
@@ -385,7 +397,7 @@ func (s *session) handleBind(ctx context.Context) error {
 	}
 	defer s.mu.Unlock()
 	if run != nil {
-		s.noteSQL(a, run.info)
+		s.noteSQL(a, info)
 	}
 	st = s.stmts[string(name)] // the relay may have dropped it meanwhile (a failed Parse)
 	switch {
@@ -558,6 +570,11 @@ func (s *session) handleQuery(ctx context.Context) error {
 		s.mu.Unlock()
 	}
 	info := s.inspectQuery(sql)
+	var memo *hiddenMemo
+	if s.plainQuery.kept {
+		memo = &s.plainQuery.hid
+	}
+	s.checkHidden(&info, sql, memo)
 	if err := s.checkIdentity(info); err != nil {
 		return s.raise(err, true)
 	}
@@ -593,6 +610,12 @@ type plainQuery struct {
 	// text in runs of digits only, as a simple-protocol client's do.
 	ints     []sqllex.Span
 	intsRead bool
+	// kept reports that the last text inspectQuery read is text (it came
+	// again, or was kept just now); hid is whether text names code
+	// behind names (catalog.go), which a text differing in digits alone
+	// does exactly when text does.
+	kept bool
+	hid  hiddenMemo
 }
 
 // maxPlainQuery bounds the text a session keeps for inspectQuery: what a
@@ -620,12 +643,15 @@ const maxPlainQuery = 1024
 func (s *session) inspectQuery(sql []byte) sqlInfo {
 	m := &s.plainQuery
 	if len(m.text) > 0 && (bytes.Equal(m.text, sql) || m.sameButIntegers(sql)) {
+		m.kept = true
 		return m.info
 	}
 	info := inspectSQL(sql)
+	m.kept = false
 	if info.pipe && info.params == nil && info.resets == nil && len(sql) <= maxPlainQuery {
 		m.text, m.info = append(m.text[:0], sql...), info
 		m.ints, m.intsRead = m.ints[:0], false
+		m.kept, m.hid = true, hiddenMemo{}
 	}
 	return info
 }

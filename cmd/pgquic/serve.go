@@ -136,6 +136,7 @@ func parseServeFlags(args []string, stdout, stderr io.Writer) (*config.Config, e
 		pipeDepth   = fs.Int("pipeline-depth", config.DefaultPipelineDepth, "transaction mode: at most this many clients' requests written at once on one busy server connection (cross-client pipelining); 1 or 0 turns it off")
 		pipeWhen    = fs.String("pipeline-when", config.DefaultPipelineWhen, "`fast` or busy, which now behave alike: a request is pipelined only when the pool is full and every server connection busy")
 		pipeFast    = fs.Duration("pipeline-fast-threshold", config.DefaultPipelineFastThreshold, "pipeline behind a kind of query only if the server answered it within this long every recent time")
+		catRefresh  = fs.Duration("catalog-refresh", config.DefaultCatalogRefresh, "transaction mode: read each database's catalog for code behind names (triggers, rules, views) again this often")
 	)
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), serveUsage)
@@ -231,6 +232,8 @@ func parseServeFlags(args []string, stdout, stderr io.Writer) (*config.Config, e
 			cfg.PipelineWhen = *pipeWhen
 		case "pipeline-fast-threshold":
 			cfg.PipelineFastThreshold = *pipeFast
+		case "catalog-refresh":
+			cfg.CatalogRefresh = *catRefresh
 		}
 	})
 	cfg.ApplyDefaults()

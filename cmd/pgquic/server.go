@@ -137,6 +137,7 @@ func startServer(ctx context.Context, cfg *config.Config, logger *slog.Logger) (
 		StatementCacheSize:     cfg.StatementCacheSize,
 		PipelineDepth:          cfg.PipelineDepth,
 		PipelineFastThreshold:  cfg.PipelineFastThreshold,
+		CatalogRefresh:         cfg.CatalogRefresh,
 		PipelineBusyOnly:       cfg.PipelineWhen == "busy",
 		ClientStatementBytes:   cfg.ClientStatementBytes,
 		RoleChanges:            pooler.RoleChangePolicy(cfg.RoleChanges),

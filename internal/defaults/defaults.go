@@ -47,6 +47,9 @@ const (
 	// PipelineDepth bounds the client requests written at once on one
 	// server connection (cross-client pipelining); 1 turns it off.
 	PipelineDepth = 16
+	// CatalogRefresh is how often transaction mode reads a database's
+	// catalog again for code hidden behind names (pooler/catalog.go).
+	CatalogRefresh = 5 * time.Second
 	// PipelineFastThreshold is the average answer time under which a kind
 	// of query may have other clients' requests written behind it.
 	PipelineFastThreshold = 5 * time.Millisecond

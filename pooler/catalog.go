@@ -1,0 +1,260 @@
+package pooler
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/pgquic/pgquic/backend"
+	"github.com/pgquic/pgquic/pooler/hiddencode"
+	"github.com/pgquic/pgquic/pooler/lanes"
+)
+
+// Code the server runs behind a name.
+//
+// A text may name only a table, a view, a type or an operator and still
+// make the server run a user-defined function: a trigger, a rule, a view's
+// query, a column DEFAULT, a CHECK constraint, a generated column, an
+// index expression, a row security policy, a domain's CHECK, a cast or a
+// type's input function, an operator's function. Such a function may SET
+// anything, LISTEN, take an advisory lock, create a temporary table or
+// change the role, and the lexer sees none of it. So in transaction mode
+// the pooler learns from each pool's database which names carry such code
+// (hiddencode), and reads a text that names one as it reads a call of a
+// user-defined function: the probe asks the server afterwards what the
+// session holds, the run-time parameters are read back, and the text
+// never shares a server connection with other clients' requests.
+//
+// It fails closed. Until the catalog has been read, while DDL the pooler
+// passed on has not ended (its transaction may add a trigger any moment),
+// after such DDL until the catalog has been read again, and whenever
+// reading it fails, every text counts as naming such code. DDL the pooler
+// did not pass on (a migration run directly against the server) is seen
+// at the next read, at most Config.CatalogRefresh later: until then a
+// text naming the object it changed is read by the older catalog.
+
+// The catalog is read on a server connection a session has just borrowed,
+// before the session's own request: at a pool's first login (startup.go),
+// and by the first request after a read fell due (connect). That request
+// waits for the read, a few milliseconds every CatalogRefresh; no other
+// does.
+
+// catalogTimeout bounds one read of the catalog.
+const catalogTimeout = 10 * time.Second
+
+// catalogWatch is what the pooler knows of one pool's catalog.
+type catalogWatch struct {
+	names atomic.Pointer[hiddencode.Names] // nil: not known (fail closed)
+	// next is when a read of the catalog falls due (Unix nanoseconds):
+	// CatalogRefresh after the last read, whether it succeeded or not,
+	// and at once when the catalog may have changed.
+	next atomic.Int64
+	// busy is held by the one read of the catalog that may run at a time.
+	busy chan struct{}
+
+	mu sync.Mutex
+	// epoch counts invalidations: a read that began before one is
+	// thrown away, as it may have missed the change.
+	epoch uint64
+	// ddl counts server connections that ran DDL in a transaction which
+	// has not ended yet; no read is kept while it is not zero.
+	ddl int
+}
+
+// poolShared is what the pooler keeps with each backend pool
+// (backend.Pool.Shared): the lanes of its shared connections, which hear
+// of every released connection, and its catalog.
+type poolShared struct {
+	*lanes.Pool
+	catalog catalogWatch
+}
+
+func sharedOf(pool *backend.Pool) *poolShared {
+	return pool.Shared(func() any {
+		return &poolShared{Pool: lanes.New(pool, ErrServerLost), catalog: catalogWatch{busy: make(chan struct{}, 1)}}
+	}).(*poolShared)
+}
+
+// catalogOf returns the catalog watch of pool.
+func catalogOf(pool *backend.Pool) *catalogWatch { return &sharedOf(pool).catalog }
+
+// current returns what is known of the catalog: nil when nothing is.
+func (w *catalogWatch) current() *hiddencode.Names { return w.names.Load() }
+
+// invalidate forgets the catalog, which may have changed: it is read
+// again at the next chance.
+func (w *catalogWatch) invalidate() { w.change(0) }
+
+// ddlBegan records DDL on a server connection whose transaction has not
+// ended; ddlEnded its end (commit, rollback, or the connection's loss).
+// Both forget the catalog.
+func (w *catalogWatch) ddlBegan() { w.change(1) }
+func (w *catalogWatch) ddlEnded() { w.change(-1) }
+
+func (w *catalogWatch) change(ddl int) {
+	w.mu.Lock()
+	w.ddl += ddl
+	w.epoch++
+	w.names.Store(nil)
+	w.next.Store(0)
+	w.mu.Unlock()
+}
+
+// due reports whether the catalog should be read (again) now.
+func (w *catalogWatch) due(now time.Time) bool { return now.UnixNano() >= w.next.Load() }
+
+// Results of one read of the catalog (learn).
+const (
+	readSkipped   = iota // DDL has not ended: nothing was read
+	readKept             // what was read is the catalog now
+	readDiscarded        // the catalog changed meanwhile: due again already
+	readFailed           // the catalog is unknown until the next read
+)
+
+// learn reads the catalog on conn, an idle server connection the caller
+// holds, and keeps what it found unless the catalog may have changed
+// meanwhile. An error that is not a *backend.ServerError leaves conn out
+// of step with its server: the caller destroys it.
+func (w *catalogWatch) learn(ctx context.Context, conn *backend.Conn, every time.Duration) (int, error) {
+	w.mu.Lock()
+	start, ddl := w.epoch, w.ddl
+	w.mu.Unlock()
+	if ddl > 0 {
+		return readSkipped, nil // read once the DDL has ended (ddlEnded)
+	}
+	var b hiddencode.Builder
+	err := conn.Query(ctx, catalogTimeout, hiddencode.Query, b.Add)
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.epoch != start || w.ddl > 0 {
+		return readDiscarded, err
+	}
+	w.next.Store(time.Now().Add(every).UnixNano())
+	if err != nil {
+		w.names.Store(nil)
+		return readFailed, err
+	}
+	w.names.Store(b.Build())
+	return readKept, nil
+}
+
+// learnOn reads the catalog on conn, a server connection the caller has
+// just borrowed for itself, when a read is due and no other is running.
+// It reports false when conn is no longer usable (the caller destroys it
+// and borrows another); a failed read otherwise only leaves the catalog
+// unknown, which fails closed.
+func (p *Pooler) learnOn(ctx context.Context, conn *backend.Conn) bool {
+	w := catalogOf(conn.Pool())
+	if !w.due(time.Now()) {
+		return true
+	}
+	select {
+	case w.busy <- struct{}{}:
+	default:
+		return true // another session is reading it
+	}
+	defer func() { <-w.busy }()
+	res, err := w.learn(ctx, conn, p.cfg.CatalogRefresh)
+	switch res {
+	case readSkipped:
+		return true
+	case readKept:
+		p.m.catalogReads.WithLabelValues("ok").Inc()
+	case readDiscarded:
+		p.m.catalogReads.WithLabelValues("discarded").Inc()
+	case readFailed:
+		p.m.catalogReads.WithLabelValues("failed").Inc()
+		p.log.Warn("reading the catalog for code behind names failed; until it is read, every statement counts as running unseen code",
+			"database", conn.Pool().Database(), "err", err)
+	}
+	var se *backend.ServerError
+	return err == nil || errors.As(err, &se)
+}
+
+// hiddenText reports whether, in transaction mode, text names something
+// that runs code the text does not show (or nothing is known of the
+// catalog). memo, when not nil, keeps the answer for the Names it was
+// found with, for a text that comes again (a prepared statement).
+func (s *session) hiddenText(text []byte, memo *hiddenMemo) bool {
+	if s.p.cfg.Mode != ModeTransaction || len(text) == 0 {
+		return false
+	}
+	return hiddenIn(catalogOf(s.pool).current(), text, memo)
+}
+
+// hiddenIn is hiddenText for the catalog n (nil: unknown).
+func hiddenIn(n *hiddencode.Names, text []byte, memo *hiddenMemo) bool {
+	switch {
+	case n == nil:
+		return true
+	case n.Empty() || len(text) == 0:
+		return false
+	case memo != nil && memo.names == n:
+		return memo.hidden
+	}
+	h := n.Mentions(bytesString(text))
+	if memo != nil {
+		memo.names, memo.hidden = n, h
+	}
+	return h
+}
+
+// checkHidden makes info opaque (hide) when its text names code behind
+// names, or nothing is known of the catalog, counting it. memo is
+// hiddenText's.
+func (s *session) checkHidden(info *sqlInfo, text []byte, memo *hiddenMemo) {
+	if info.pins.Opaque || s.p.cfg.Mode != ModeTransaction || len(text) == 0 {
+		return // opaque already, or nothing to hide from
+	}
+	n := catalogOf(s.pool).current()
+	if !hiddenIn(n, text, memo) {
+		return
+	}
+	info.hide()
+	if n == nil {
+		s.p.m.hiddenUnknown.Inc()
+	} else {
+		s.p.m.hiddenNamed.Inc()
+	}
+}
+
+// hiddenMemo is hiddenText's answer for one text under one Names.
+type hiddenMemo struct {
+	names  *hiddencode.Names
+	hidden bool
+}
+
+// hide makes info that of a text naming code the server runs unseen: as
+// opaque as a call of a user-defined function (inspectSQL), and never
+// shared with other clients' requests.
+func (info *sqlInfo) hide() {
+	info.pipe = false
+	info.pins.Opaque = true
+	info.paramsAll = true
+}
+
+// noteDDLLocked records that a's server runs DDL, which may add code
+// behind a name any moment: the catalog is unknown until the DDL's
+// transaction has ended and the catalog has been read again. s.mu must be
+// held.
+func (s *session) noteDDLLocked(a *attachment) {
+	w := catalogOf(a.conn.Pool())
+	if a.ddl {
+		w.invalidate()
+		return
+	}
+	a.ddl = true
+	w.ddlBegan()
+}
+
+// endDDLLocked records that the DDL a's server ran has ended: its
+// transaction is over, or the connection is going. s.mu must be held.
+func (s *session) endDDLLocked(a *attachment) {
+	if !a.ddl {
+		return
+	}
+	a.ddl = false
+	catalogOf(a.conn.Pool()).ddlEnded()
+}

@@ -1,0 +1,215 @@
+package hiddencode_test
+
+import (
+	"context"
+	"encoding/binary"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/pgquic/pgquic/internal/pgtest"
+	"github.com/pgquic/pgquic/pooler/hiddencode"
+)
+
+// setup creates, next to objects that run only harmless built-ins, one
+// object of every kind that makes the server run a user function behind
+// a name.
+var setup = []string{
+	"CREATE FUNCTION f() RETURNS int LANGUAGE sql AS 'SELECT 1'",
+	"CREATE FUNCTION fb(int) RETURNS boolean LANGUAGE sql AS 'SELECT true'",
+	"CREATE FUNCTION ftrg() RETURNS trigger LANGUAGE plpgsql AS 'BEGIN RETURN NEW; END'",
+	"CREATE FUNCTION fimm(int) RETURNS int LANGUAGE sql IMMUTABLE AS 'SELECT $1'",
+	"CREATE FUNCTION fop(int, int) RETURNS int LANGUAGE sql AS 'SELECT $1 + $2'",
+
+	// Harmless: built-ins only.
+	"CREATE TABLE plain (a int PRIMARY KEY, b text DEFAULT 'x', c serial, d timestamptz DEFAULT now() CHECK (d > '2000-01-01'), e text GENERATED ALWAYS AS (lower(b)) STORED)",
+	"CREATE INDEX ON plain (lower(b))",
+	"CREATE VIEW plain_v AS SELECT a, upper(b) AS b FROM plain",
+	"CREATE VIEW plain_vv AS SELECT * FROM plain_v",
+	"CREATE TYPE mood AS ENUM ('sad', 'ok')",
+	"CREATE TABLE plain_enum (m mood)",
+	"CREATE TYPE pair AS (x int, y text)",
+	"CREATE TABLE plain_pair (p pair)",
+	"CREATE DOMAIN posint AS int CHECK (VALUE > 0)",
+	"CREATE TABLE plain_dom (v posint)",
+	"CREATE TABLE plain_rls (a int, owner name DEFAULT current_user)",
+	"ALTER TABLE plain_rls ENABLE ROW LEVEL SECURITY",
+	"CREATE POLICY p ON plain_rls USING (owner = current_user)",
+	"CREATE TABLE plain_parent (a int PRIMARY KEY)",
+	"CREATE TABLE plain_child (a int REFERENCES plain_parent ON DELETE CASCADE)",
+
+	// Code behind names.
+	"CREATE TABLE t_trig (a int)",
+	"CREATE TRIGGER t BEFORE INSERT ON t_trig FOR EACH ROW EXECUTE FUNCTION ftrg()",
+	"CREATE TABLE t_rule (a int)",
+	"CREATE RULE r AS ON INSERT TO t_rule DO ALSO SELECT f()",
+	"CREATE TABLE t_def (a int DEFAULT f())",
+	"CREATE TABLE t_chk (a int CHECK (fb(a)))",
+	"CREATE TABLE t_gen (a int, b int GENERATED ALWAYS AS (fimm(a)) STORED)",
+	"CREATE TABLE t_idx (a int)",
+	"CREATE INDEX ON t_idx (fimm(a))",
+	"CREATE TABLE t_rls (a int)",
+	"ALTER TABLE t_rls ENABLE ROW LEVEL SECURITY",
+	"CREATE POLICY p ON t_rls USING (fb(a))",
+	"CREATE VIEW v AS SELECT f() AS x",
+	"CREATE VIEW v_over_v AS SELECT * FROM v",
+	"CREATE VIEW v_over_trig AS SELECT * FROM t_trig",
+	"CREATE VIEW v_setting AS SELECT name FROM pg_catalog.pg_settings",
+	"CREATE VIEW v_set_config AS SELECT set_config('work_mem', '1MB', false)",
+	"CREATE MATERIALIZED VIEW mv AS SELECT f() AS x",
+	"CREATE DOMAIN d_user AS int CHECK (fb(VALUE))",
+	"CREATE TABLE t_dom (v d_user)",
+	"CREATE TABLE t_dom_arr (v d_user[])",
+	"CREATE TYPE wrap AS (v d_user)",
+	"CREATE TABLE t_wrap (w wrap)",
+	"CREATE TABLE fk_parent (a int PRIMARY KEY)",
+	"CREATE TABLE fk_child (a int REFERENCES fk_parent ON DELETE CASCADE)",
+	"CREATE TRIGGER t BEFORE DELETE ON fk_child FOR EACH ROW EXECUTE FUNCTION ftrg()",
+	"CREATE TABLE fk_restrict_parent (a int PRIMARY KEY)",
+	"CREATE TABLE fk_restrict_child (a int REFERENCES fk_restrict_parent)",
+	"CREATE TRIGGER t BEFORE DELETE ON fk_restrict_child FOR EACH ROW EXECUTE FUNCTION ftrg()",
+	"CREATE TABLE part (a int) PARTITION BY RANGE (a)",
+	"CREATE TABLE part_1 PARTITION OF part FOR VALUES FROM (0) TO (10)",
+	"CREATE TRIGGER t BEFORE INSERT ON part_1 FOR EACH ROW EXECUTE FUNCTION ftrg()",
+	"CREATE TYPE castme AS (a int)",
+	"CREATE FUNCTION fcast(int) RETURNS castme LANGUAGE sql AS 'SELECT ROW($1)::castme'",
+	"CREATE CAST (int AS castme) WITH FUNCTION fcast(int) AS ASSIGNMENT",
+	"CREATE FUNCTION fdiff(float8, float8) RETURNS float8 LANGUAGE sql IMMUTABLE AS 'SELECT $1 - $2'",
+	"CREATE TYPE frange AS RANGE (subtype = float8, subtype_diff = fdiff)",
+	"CREATE TABLE t_range (r frange)",
+	"CREATE OPERATOR ### (LEFTARG = int, RIGHTARG = int, FUNCTION = fop)",
+}
+
+// hidden are the names whose use runs a user function; plain those that
+// run only harmless built-ins.
+var (
+	hidden = []string{
+		"t_trig", "t_rule", "t_def", "t_chk", "t_gen", "t_idx", "t_rls", "v", "v_over_v", "v_over_trig",
+		"v_setting", "v_set_config", "mv", "d_user", "_d_user", "t_dom", "t_dom_arr", "wrap", "t_wrap",
+		"fk_parent", "fk_child", "fk_restrict_child", "part", "part_1", "castme", "frange", "t_range",
+	}
+	plain = []string{
+		"plain", "plain_v", "plain_vv", "mood", "plain_enum", "pair", "plain_pair", "posint", "plain_dom",
+		"plain_rls", "plain_parent", "plain_child", "fk_restrict_parent", "pg_class", "pg_stat_activity",
+		"pg_settings", // its rules are the lexer's to read (UPDATE pg_settings)
+	}
+)
+
+// TestBuildFromPostgres reads a real catalog and checks which names
+// Mentions finds.
+func TestBuildFromPostgres(t *testing.T) {
+	c := pgtest.New(t, pgtest.Options{})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	conn, err := pgconn.Connect(ctx, c.SuperURL("postgres"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	if n := build(ctx, t, conn); !n.Empty() {
+		// The common case costs the pooler nothing per request.
+		t.Errorf("a fresh database has %d names with code behind them, want none", n.Len())
+	}
+	for _, q := range setup {
+		if _, err := conn.Exec(ctx, q).ReadAll(); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	n := build(ctx, t, conn)
+	for _, name := range hidden {
+		if !n.Mentions("SELECT * FROM " + name) {
+			t.Errorf("%s: not found to run user code", name)
+		}
+	}
+	for _, name := range plain {
+		if n.Mentions("SELECT * FROM " + name) {
+			t.Errorf("%s: found to run user code, though it runs built-ins only", name)
+		}
+	}
+	for _, q := range []string{"SELECT 1 ### 2", "SELECT 1 OPERATOR(public.###) 2", `SELECT * FROM "t_trig"`, "SELECT * FROM public.T_TRIG", "SELECT 1::castme"} {
+		if !n.Mentions(q) {
+			t.Errorf("%q: not found to run user code", q)
+		}
+	}
+	for _, q := range []string{"SELECT 'v'", "SELECT 1 -- t_trig", "SELECT 1 + 2", `SELECT * FROM "T_TRIG"`} {
+		if n.Mentions(q) {
+			t.Errorf("%q: found to run user code", q)
+		}
+	}
+
+	// A user-defined cast between two built-in types may run behind any
+	// coercion: every text counts.
+	for _, q := range []string{
+		"CREATE FUNCTION fbytes(int) RETURNS bytea LANGUAGE sql AS 'SELECT ''\\x00''::bytea'",
+		"CREATE CAST (int AS bytea) WITH FUNCTION fbytes(int)",
+	} {
+		if _, err := conn.Exec(ctx, q).ReadAll(); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	if n := build(ctx, t, conn); !n.Mentions("SELECT 1") {
+		t.Error("with a user cast between built-in types, SELECT 1 is not found to run user code")
+	}
+}
+
+// build runs Query on conn and builds its Names.
+func build(ctx context.Context, t *testing.T, conn *pgconn.PgConn) *hiddencode.Names {
+	t.Helper()
+	res, err := conn.Exec(ctx, hiddencode.Query).ReadAll()
+	if err != nil {
+		t.Fatalf("Query: %v", err)
+	}
+	var b hiddencode.Builder
+	for _, r := range res[0].Rows {
+		if err := b.Add(dataRow(r)); err != nil {
+			t.Fatalf("Add: %v", err)
+		}
+	}
+	return b.Build()
+}
+
+// dataRow encodes values as a DataRow body.
+func dataRow(vals [][]byte) []byte {
+	b := binary.BigEndian.AppendUint16(nil, uint16(len(vals)))
+	for _, v := range vals {
+		if v == nil {
+			b = binary.BigEndian.AppendUint32(b, 0xFFFFFFFF)
+			continue
+		}
+		b = binary.BigEndian.AppendUint32(b, uint32(len(v)))
+		b = append(b, v...)
+	}
+	return b
+}
+
+// TestNilAndNone: nothing known mentions everything; None nothing.
+func TestNilAndNone(t *testing.T) {
+	var unknown *hiddencode.Names
+	if !unknown.Mentions("SELECT 1") || unknown.Empty() {
+		t.Error("a nil Names must mention every text")
+	}
+	if hiddencode.None.Mentions("SELECT * FROM anything") || !hiddencode.None.Empty() {
+		t.Error("None must mention nothing")
+	}
+}
+
+// TestAddRejectsMalformedRows: rows that are not Query's are errors, not
+// panics.
+func TestAddRejectsMalformedRows(t *testing.T) {
+	var b hiddencode.Builder
+	for _, body := range [][]byte{
+		nil,
+		{0},
+		{0, 8},
+		dataRow([][]byte{[]byte("n"), []byte("r")}),
+		dataRow([][]byte{[]byte("x"), []byte("r"), []byte("1"), nil, nil, nil, nil, nil}),
+		dataRow([][]byte{[]byte("n"), []byte("r"), []byte("-1"), []byte("t"), nil, nil, nil, nil}),
+		dataRow([][]byte{[]byte("e"), []byte("r"), []byte("1"), nil, nil, []byte("f"), []byte("x"), nil}),
+		append(dataRow([][]byte{[]byte("n")}), 0, 0, 0, 9),
+	} {
+		if err := b.Add(body); err == nil {
+			t.Errorf("Add(%q) accepted a malformed row", body)
+		}
+	}
+}
