@@ -277,12 +277,22 @@ func (c *Conn) ping(ctx context.Context, timeout time.Duration) error {
 
 // Query runs sql, a read-only statement of the pooler's own (never a
 // client's), as a simple Query on an idle connection the caller holds, and
-// hands each DataRow's body to row. It returns once the server is idle
-// again, with the server's error if the statement failed; the wait is
-// bounded by timeout and ctx. The connection is left as the server left it:
-// the caller destroys it on any error that is not the server's.
+// hands each DataRow's body to row. sql may hold several statements, a
+// transaction block of its own among them. It returns once the server is
+// idle again, with the server's error if a statement failed: a block the
+// failure left open is rolled back first. The wait is bounded by timeout
+// and ctx. On any error that is not a *ServerError the connection is out
+// of step with its server, and the caller destroys it.
 func (c *Conn) Query(ctx context.Context, timeout time.Duration, sql string, row func(body []byte) error) error {
-	return c.query(ctx, timeout, sql, row)
+	err := c.query(ctx, timeout, sql, row)
+	var se *ServerError
+	if errors.As(err, &se) && se.status != 'I' {
+		// The statements after the failed one were skipped, COMMIT too.
+		if rerr := c.query(ctx, timeout, "ROLLBACK", nil); rerr != nil {
+			return fmt.Errorf("roll back after %v: %w", err, rerr)
+		}
+	}
+	return err
 }
 
 // query is Query; an empty sql expects EmptyQueryResponse (ping).
@@ -340,11 +350,14 @@ func (c *Conn) query(ctx context.Context, timeout time.Duration, sql string, row
 			if err != nil {
 				return fmt.Errorf("read reply: %w", err)
 			}
+			var rerr error
 			if row == nil {
-				return fmt.Errorf("unexpected DataRow")
+				rerr = errors.New("unexpected DataRow")
+			} else {
+				rerr = row(body)
 			}
-			if err := row(body); err != nil && failed == nil {
-				failed = err // read on to ReadyForQuery, so the connection stays in sync
+			if rerr != nil && failed == nil {
+				failed = rerr // read on to ReadyForQuery, so the connection stays in sync
 			}
 		case 'Z': // ReadyForQuery
 			body, err := c.R.Body()
@@ -352,6 +365,9 @@ func (c *Conn) query(ctx context.Context, timeout time.Duration, sql string, row
 				return fmt.Errorf("read reply: %w", err)
 			}
 			if failed != nil {
+				if se, ok := failed.(*ServerError); ok && len(body) == 1 {
+					se.status = body[0]
+				}
 				return failed
 			}
 			if !done || len(body) != 1 || body[0] != 'I' {
@@ -389,7 +405,10 @@ func (c *Conn) query(ctx context.Context, timeout time.Duration, sql string, row
 
 // ServerError is the error of a statement Query ran: the server answered,
 // and the connection is idle and in sync again.
-type ServerError struct{ msg string }
+type ServerError struct {
+	msg    string
+	status byte // the ReadyForQuery's transaction status that followed
+}
 
 func (e *ServerError) Error() string { return "server error: " + e.msg }
 

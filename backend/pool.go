@@ -208,10 +208,15 @@ func newPool(cfg PoolConfig, pgcfg *pgconn.Config, logger *slog.Logger, m *Metri
 // and goes with the pool, so it needs no registry of its own.
 //
 // When that value implements ReleaseNotifier, it hears of every connection
-// that goes back to the pool or is destroyed.
-func (p *Pool) Shared(init func() any) any {
+// that goes back to the pool or is destroyed. init is given the pool, so
+// that a caller can pass a function value that captures nothing and costs
+// no allocation per call.
+func (p *Pool) Shared(init func(*Pool) any) any {
+	if v := p.shared.Load(); v != nil {
+		return *v // the common case, without the closure below
+	}
 	p.sharedOnce.Do(func() {
-		v := init()
+		v := init(p)
 		p.shared.Store(&v)
 	})
 	return *p.shared.Load()

@@ -87,6 +87,7 @@ func TestGoodFiles(t *testing.T) {
 			StatementCacheSize:        512,
 			PipelineDepth:             16,
 			PipelineFastThreshold:     5 * time.Millisecond,
+			CatalogRefresh:            5 * time.Second,
 			PipelineWhen:              "fast",
 			MaxMessageBytes:           1 << 20,
 			ShutdownGrace:             10 * time.Second,

@@ -55,6 +55,10 @@ type catalogWatch struct {
 	busy chan struct{}
 
 	mu sync.Mutex
+	// last is the newest catalog read, kept when names is forgotten: if
+	// the fingerprint says nothing changed since, it is the catalog again
+	// without a full read.
+	last *hiddencode.Names
 	// epoch counts invalidations: a read that began before one is
 	// thrown away, as it may have missed the change.
 	epoch uint64
@@ -71,10 +75,10 @@ type poolShared struct {
 	catalog catalogWatch
 }
 
-func sharedOf(pool *backend.Pool) *poolShared {
-	return pool.Shared(func() any {
-		return &poolShared{Pool: lanes.New(pool, ErrServerLost), catalog: catalogWatch{busy: make(chan struct{}, 1)}}
-	}).(*poolShared)
+func sharedOf(pool *backend.Pool) *poolShared { return pool.Shared(newPoolShared).(*poolShared) }
+
+func newPoolShared(pool *backend.Pool) any {
+	return &poolShared{Pool: lanes.New(pool, ErrServerLost), catalog: catalogWatch{busy: make(chan struct{}, 1)}}
 }
 
 // catalogOf returns the catalog watch of pool.
@@ -109,23 +113,42 @@ func (w *catalogWatch) due(now time.Time) bool { return now.UnixNano() >= w.next
 const (
 	readSkipped   = iota // DDL has not ended: nothing was read
 	readKept             // what was read is the catalog now
+	readUnchanged        // the fingerprint says the last read is still the catalog
 	readDiscarded        // the catalog changed meanwhile: due again already
 	readFailed           // the catalog is unknown until the next read
 )
 
 // learn reads the catalog on conn, an idle server connection the caller
 // holds, and keeps what it found unless the catalog may have changed
-// meanwhile. An error that is not a *backend.ServerError leaves conn out
-// of step with its server: the caller destroys it.
+// meanwhile. When a read was kept before, the catalog's fingerprint is
+// read first, and the full read is done only if it changed. An error
+// that is not a *backend.ServerError leaves conn out of step with its
+// server: the caller destroys it.
 func (w *catalogWatch) learn(ctx context.Context, conn *backend.Conn, every time.Duration) (int, error) {
 	w.mu.Lock()
-	start, ddl := w.epoch, w.ddl
+	start, ddl, last := w.epoch, w.ddl, w.last
 	w.mu.Unlock()
 	if ddl > 0 {
 		return readSkipped, nil // read once the DDL has ended (ddlEnded)
 	}
-	var b hiddencode.Builder
-	err := conn.Query(ctx, catalogTimeout, hiddencode.Query, b.Add)
+	var n *hiddencode.Names
+	var err error
+	if last != nil {
+		var fp string
+		err = conn.Query(ctx, catalogTimeout, hiddencode.FingerprintQuery, func(body []byte) (err error) {
+			fp, err = hiddencode.ReadFingerprint(body)
+			return err
+		})
+		if err == nil && fp == last.Fingerprint() {
+			n = last
+		}
+	}
+	if n == nil && err == nil {
+		var b hiddencode.Builder
+		if err = conn.Query(ctx, catalogTimeout, hiddencode.Query, b.Add); err == nil {
+			n = b.Build()
+		}
+	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.epoch != start || w.ddl > 0 {
@@ -136,7 +159,11 @@ func (w *catalogWatch) learn(ctx context.Context, conn *backend.Conn, every time
 		w.names.Store(nil)
 		return readFailed, err
 	}
-	w.names.Store(b.Build())
+	w.names.Store(n)
+	if n == last {
+		return readUnchanged, nil
+	}
+	w.last = n
 	return readKept, nil
 }
 
@@ -162,6 +189,8 @@ func (p *Pooler) learnOn(ctx context.Context, conn *backend.Conn) bool {
 		return true
 	case readKept:
 		p.m.catalogReads.WithLabelValues("ok").Inc()
+	case readUnchanged:
+		p.m.catalogReads.WithLabelValues("unchanged").Inc()
 	case readDiscarded:
 		p.m.catalogReads.WithLabelValues("discarded").Inc()
 	case readFailed:

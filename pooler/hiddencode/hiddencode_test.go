@@ -161,12 +161,83 @@ func build(ctx context.Context, t *testing.T, conn *pgconn.PgConn) *hiddencode.N
 		t.Fatalf("Query: %v", err)
 	}
 	var b hiddencode.Builder
-	for _, r := range res[0].Rows {
-		if err := b.Add(dataRow(r)); err != nil {
-			t.Fatalf("Add: %v", err)
+	for _, rr := range res {
+		for _, r := range rr.Rows {
+			if err := b.Add(dataRow(r)); err != nil {
+				t.Fatalf("Add: %v", err)
+			}
 		}
 	}
 	return b.Build()
+}
+
+// fingerprint runs FingerprintQuery on conn.
+func fingerprint(ctx context.Context, t *testing.T, conn *pgconn.PgConn) string {
+	t.Helper()
+	res, err := conn.Exec(ctx, hiddencode.FingerprintQuery).ReadAll()
+	if err != nil {
+		t.Fatalf("FingerprintQuery: %v", err)
+	}
+	for _, rr := range res {
+		if len(rr.Rows) == 1 {
+			return string(rr.Rows[0][0])
+		}
+	}
+	t.Fatal("FingerprintQuery returned no row")
+	return ""
+}
+
+// TestFingerprint: the fingerprint Query carries is FingerprintQuery's,
+// and any DDL Query could see changes it.
+func TestFingerprint(t *testing.T) {
+	c := pgtest.New(t, pgtest.Options{})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	conn, err := pgconn.Connect(ctx, c.SuperURL("postgres"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	exec := func(q string) {
+		t.Helper()
+		if _, err := conn.Exec(ctx, q).ReadAll(); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	exec("CREATE TABLE fp (a int, b text)")
+	exec("CREATE FUNCTION fpf() RETURNS trigger LANGUAGE plpgsql AS 'BEGIN RETURN NEW; END'")
+	n := build(ctx, t, conn)
+	if n.Fingerprint() == "" || n.Fingerprint() != fingerprint(ctx, t, conn) {
+		t.Fatalf("Query's fingerprint %q, FingerprintQuery's %q", n.Fingerprint(), fingerprint(ctx, t, conn))
+	}
+	exec("SELECT 1; INSERT INTO fp VALUES (1, 'x')")
+	if got := fingerprint(ctx, t, conn); got != n.Fingerprint() {
+		t.Fatalf("the fingerprint changed without DDL: %q, was %q", got, n.Fingerprint())
+	}
+	last := n.Fingerprint()
+	for _, ddl := range []string{
+		"CREATE TRIGGER t BEFORE INSERT ON fp FOR EACH ROW EXECUTE FUNCTION fpf()",
+		"ALTER TABLE fp DISABLE TRIGGER t",
+		"DROP TRIGGER t ON fp",
+		"ALTER TABLE fp ALTER COLUMN b SET DEFAULT 'y'",
+		"ALTER TABLE fp ADD CHECK (a > 0)",
+		"CREATE INDEX ON fp (lower(b))",
+		"CREATE VIEW fpv AS SELECT * FROM fp",
+		"CREATE OR REPLACE VIEW fpv AS SELECT a, b, 1 AS c FROM fp",
+		"ALTER TABLE fp ENABLE ROW LEVEL SECURITY",
+		"CREATE POLICY p ON fp USING (true)",
+		"CREATE DOMAIN fpd AS text",
+		"CREATE TABLE fp2 (b text)",
+		"ALTER TABLE fp2 ALTER COLUMN b TYPE fpd",
+		"CREATE TABLE fpc () INHERITS (fp)",
+	} {
+		exec(ddl)
+		got := fingerprint(ctx, t, conn)
+		if got == last {
+			t.Errorf("%s: the fingerprint did not change", ddl)
+		}
+		last = got
+	}
 }
 
 // dataRow encodes values as a DataRow body.
