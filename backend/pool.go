@@ -267,6 +267,14 @@ func (p *Pool) Size() int { return p.cfg.PoolSize }
 // Database returns the server-side database name of the pool.
 func (p *Pool) Database() string { return p.database }
 
+// Server names the database the pool's connections reach, as host:port
+// and database name, the same for every pool of that database whatever
+// its user: the layer above keeps what it learns of a database's catalog
+// by it.
+func (p *Pool) Server() string {
+	return fmt.Sprintf("%s:%d/%s", p.pgcfg.Host, p.pgcfg.Port, p.pgcfg.Database)
+}
+
 // User returns the server-side user name of the pool.
 func (p *Pool) User() string { return p.user }
 

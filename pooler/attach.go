@@ -234,7 +234,8 @@ func (s *session) startAttachmentLocked(conn *backend.Conn, rd *lanes.Rider) *at
 	}
 	s.attGen++
 	a.conn, a.st, a.status, a.gen, a.rider = conn, st, 'I', s.attGen, rd
-	a.syncPoint = true // an idle server, between requests
+	a.catalogGen = s.catalogGen // of the catalog its first request was read by
+	a.syncPoint = true          // an idle server, between requests
 	s.att = a
 	a.stampAttach = true // s.lastRequest: the clock read of the request it serves (noteRequest)
 	if s.p.cfg.Mode == ModeSession {

@@ -54,6 +54,10 @@ type catalogWatch struct {
 	// busy is held by the one read of the catalog that may run at a time.
 	busy chan struct{}
 
+	// gen mirrors epoch for readers that take no lock: an attachment
+	// notes it when it starts (catalogGen) and compares it when it ends.
+	gen atomic.Uint64
+
 	mu sync.Mutex
 	// last is the newest catalog read, kept when names is forgotten: if
 	// the fingerprint says nothing changed since, it is the catalog again
@@ -72,17 +76,25 @@ type catalogWatch struct {
 // of every released connection, and its catalog.
 type poolShared struct {
 	*lanes.Pool
-	catalog catalogWatch
+	catalog atomic.Pointer[catalogWatch] // the pool's database's (catalogOf)
 }
 
 func sharedOf(pool *backend.Pool) *poolShared { return pool.Shared(newPoolShared).(*poolShared) }
 
-func newPoolShared(pool *backend.Pool) any {
-	return &poolShared{Pool: lanes.New(pool, ErrServerLost), catalog: catalogWatch{busy: make(chan struct{}, 1)}}
-}
+func newPoolShared(pool *backend.Pool) any { return &poolShared{Pool: lanes.New(pool, ErrServerLost)} }
 
-// catalogOf returns the catalog watch of pool.
-func catalogOf(pool *backend.Pool) *catalogWatch { return &sharedOf(pool).catalog }
+// catalogOf returns the catalog watch of pool's database. Every pool of
+// one database (one per user) shares it, so DDL sent through any of them
+// makes the catalog unknown for all.
+func (p *Pooler) catalogOf(pool *backend.Pool) *catalogWatch {
+	ps := sharedOf(pool)
+	if w := ps.catalog.Load(); w != nil {
+		return w
+	}
+	w, _ := p.catalogs.LoadOrStore(pool.Server(), &catalogWatch{busy: make(chan struct{}, 1)})
+	ps.catalog.Store(w.(*catalogWatch))
+	return w.(*catalogWatch)
+}
 
 // current returns what is known of the catalog: nil when nothing is.
 func (w *catalogWatch) current() *hiddencode.Names { return w.names.Load() }
@@ -101,6 +113,7 @@ func (w *catalogWatch) change(ddl int) {
 	w.mu.Lock()
 	w.ddl += ddl
 	w.epoch++
+	w.gen.Add(1)
 	w.names.Store(nil)
 	w.next.Store(0)
 	w.mu.Unlock()
@@ -135,10 +148,9 @@ func (w *catalogWatch) learn(ctx context.Context, conn *backend.Conn, every time
 	var err error
 	if last != nil {
 		var fp string
-		err = conn.Query(ctx, catalogTimeout, hiddencode.FingerprintQuery, func(body []byte) (err error) {
-			fp, err = hiddencode.ReadFingerprint(body)
-			return err
-		})
+		var fb hiddencode.Builder
+		err = conn.Query(ctx, catalogTimeout, hiddencode.FingerprintQuery, fb.Add)
+		fp = fb.Fingerprint()
 		if err == nil && fp == last.Fingerprint() {
 			n = last
 		}
@@ -173,7 +185,7 @@ func (w *catalogWatch) learn(ctx context.Context, conn *backend.Conn, every time
 // and borrows another); a failed read otherwise only leaves the catalog
 // unknown, which fails closed.
 func (p *Pooler) learnOn(ctx context.Context, conn *backend.Conn) bool {
-	w := catalogOf(conn.Pool())
+	w := p.catalogOf(conn.Pool())
 	if !w.due(time.Now()) {
 		return true
 	}
@@ -210,7 +222,7 @@ func (s *session) hiddenText(text []byte, memo *hiddenMemo) bool {
 	if s.p.cfg.Mode != ModeTransaction || len(text) == 0 {
 		return false
 	}
-	return hiddenIn(catalogOf(s.pool).current(), text, memo)
+	return hiddenIn(s.p.catalogOf(s.pool).current(), text, memo)
 }
 
 // hiddenIn is hiddenText for the catalog n (nil: unknown).
@@ -234,10 +246,15 @@ func hiddenIn(n *hiddencode.Names, text []byte, memo *hiddenMemo) bool {
 // names, or nothing is known of the catalog, counting it. memo is
 // hiddenText's.
 func (s *session) checkHidden(info *sqlInfo, text []byte, memo *hiddenMemo) {
-	if info.pins.Opaque || s.p.cfg.Mode != ModeTransaction || len(text) == 0 {
+	if s.p.cfg.Mode != ModeTransaction {
+		return
+	}
+	w := s.p.catalogOf(s.pool)
+	s.catalogGen = w.gen.Load() // before the names: a change in between is seen
+	if info.pins.Opaque || len(text) == 0 {
 		return // opaque already, or nothing to hide from
 	}
-	n := catalogOf(s.pool).current()
+	n := w.current()
 	if !hiddenIn(n, text, memo) {
 		return
 	}
@@ -269,13 +286,22 @@ func (info *sqlInfo) hide() {
 // transaction has ended and the catalog has been read again. s.mu must be
 // held.
 func (s *session) noteDDLLocked(a *attachment) {
-	w := catalogOf(a.conn.Pool())
+	w := s.p.catalogOf(a.conn.Pool())
 	if a.ddl {
 		w.invalidate()
 		return
 	}
-	a.ddl = true
+	a.ddl, a.ranDDL = true, true
 	w.ddlBegan()
+}
+
+// overlapsDDLLocked reports whether the catalog changed, by DDL the
+// pooler passed on, while a's requests ran: one read as plain may have
+// waited for the DDL's lock and then run a trigger it added (an INSERT
+// behind a migration's ALTER TABLE). a's own DDL does not count; its
+// requests were opaque. s.mu must be held.
+func (s *session) overlapsDDLLocked(a *attachment) bool {
+	return !a.ranDDL && s.p.cfg.Mode == ModeTransaction && s.p.catalogOf(a.conn.Pool()).gen.Load() != a.catalogGen
 }
 
 // endDDLLocked records that the DDL a's server ran has ended: its
@@ -285,5 +311,5 @@ func (s *session) endDDLLocked(a *attachment) {
 		return
 	}
 	a.ddl = false
-	catalogOf(a.conn.Pool()).ddlEnded()
+	s.p.catalogOf(a.conn.Pool()).ddlEnded()
 }

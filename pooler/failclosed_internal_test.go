@@ -24,11 +24,13 @@ func TestInspectSQLFailsClosed(t *testing.T) {
 		{sql: "SELECT pg_catalog.set_config($1, $2, false)", identity: true, paramsAll: true},
 		{sql: "UPDATE pg_settings SET setting = 'evil' WHERE name = 'search_path'", identity: true, paramsAll: true},
 		{sql: "WITH x AS (SELECT 1) UPDATE ONLY pg_catalog.pg_settings SET setting = 'x'", identity: true, paramsAll: true},
-		{sql: "SELECT 1 INTO pg_temp.leak", holds: true, opaque: true},
-		{sql: "SELECT * INTO TABLE \"pg_temp\".leak FROM t", holds: true, opaque: true},
+		// DDL: its parameters are read back too, for an event trigger may
+		// have set any.
+		{sql: "SELECT 1 INTO pg_temp.leak", holds: true, opaque: true, paramsAll: true},
+		{sql: "SELECT * INTO TABLE \"pg_temp\".leak FROM t", holds: true, opaque: true, paramsAll: true},
 		// Temporary when search_path lists pg_temp first: the probe asks.
-		{sql: "SELECT 1 INTO leak", opaque: true},
-		{sql: "CREATE TABLE leak (a int)", opaque: true},
+		{sql: "SELECT 1 INTO leak", opaque: true, paramsAll: true},
+		{sql: "CREATE TABLE leak (a int)", opaque: true, paramsAll: true},
 		{sql: "SELECT my_func(1)", paramsAll: true, opaque: true},
 		{sql: "SELECT * FROM t WHERE app.allowed(id)", paramsAll: true, opaque: true},
 		{sql: "DO $$BEGIN NULL; END$$", paramsAll: true, opaque: true},

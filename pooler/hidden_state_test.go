@@ -443,69 +443,76 @@ func TestHiddenStatePoolFull(t *testing.T) {
 			}
 			a, b, c := conn(), conn(), conn()
 			before := simpleOne(ctx, t, b, hiddenView)
-			cDone := make(chan error, 1)
-			go func() {
-				_, err := c.Exec(ctx, "SELECT pg_sleep(0.3)").ReadAll()
-				cDone <- err
-			}()
-			waitState(t, "C's slow query to run", func() bool {
-				for _, ci := range h.pooler.Clients() {
-					if ci.State == pooler.ClientActive {
-						return true
-					}
-				}
-				return false
-			})
-			aDone := make(chan error, 1)
-			go func() { aDone <- tc.run(ctx, a) }()
-			waitState(t, "A to wait", func() bool { return hiddenWaiting(h) >= 1 })
-			type res struct {
-				v   string
-				err error
+			v, aErr, pinned := hiddenPoolFullRace(ctx, t, h, a, b, c, func() error { return tc.run(ctx, a) })
+			if aErr != nil {
+				t.Logf("A: %v", aErr)
 			}
-			bDone := make(chan res, 1)
-			go func() {
-				rs, err := b.Exec(ctx, hiddenView).ReadAll()
-				if err != nil {
-					bDone <- res{err: err}
-					return
-				}
-				bDone <- res{v: string(rs[0].Rows[0][0])}
-			}()
-			waitState(t, "B to wait", func() bool { return hiddenWaiting(h) >= 2 || len(bDone) > 0 })
-			if err := <-cDone; err != nil {
-				t.Fatalf("C: %v", err)
-			}
-			var r res
-			pinned := false
-			select {
-			case r = <-bDone:
-				// B ran before or after A, on the same server connection.
-			case err := <-aDone:
-				if err != nil {
-					t.Logf("A: %v", err)
-				}
-				aDone <- nil
-				// B, waiting, is answered once A's request released the
-				// connection, or A keeps it (A was pinned): then A leaves,
-				// and B gets the connection after its reset.
-				waitState(t, "B's answer, or A holding the connection", func() bool {
-					return len(bDone) > 0 || (hiddenWaiting(h) >= 1 && hiddenHeld(h))
-				})
-				if pinned = len(bDone) == 0; pinned {
-					if err := a.Close(ctx); err != nil {
-						t.Fatal(err)
-					}
-				}
-				r = <-bDone
-			}
-			if err := <-aDone; err != nil {
-				t.Logf("A: %v", err)
-			}
-			if r.err != nil {
-				t.Fatalf("B: %v", r.err)
-			}
-			checkHiddenLeak(t, r.v, before, fmt.Sprintf("(A pinned: %v)", pinned))
+			checkHiddenLeak(t, v, before, fmt.Sprintf("(A pinned: %v)", pinned))
 		})
 	}
+}
+
+// hiddenPoolFullRace runs A's request (run) on the pool's only connection
+// while B waits for it, C holding the pool full with a slow query first,
+// and returns what B's hiddenView saw, A's error, and whether A
+// was pinned: B, waiting, is answered once A's request released the
+// connection, or A keeps it (A was pinned), and then A leaves and B gets
+// the connection after its reset.
+func hiddenPoolFullRace(ctx context.Context, t *testing.T, h *harness, a, b, c *pgconn.PgConn, run func() error) (string, error, bool) {
+	t.Helper()
+	cDone := make(chan error, 1)
+	go func() {
+		_, err := c.Exec(ctx, "SELECT pg_catalog.pg_sleep(0.3)").ReadAll()
+		cDone <- err
+	}()
+	waitState(t, "C's slow query to run", func() bool {
+		for _, ci := range h.pooler.Clients() {
+			if ci.State == pooler.ClientActive {
+				return true
+			}
+		}
+		return false
+	})
+	aDone := make(chan error, 1)
+	go func() { aDone <- run() }()
+	waitState(t, "A to wait", func() bool { return hiddenWaiting(h) >= 1 })
+	type res struct {
+		v   string
+		err error
+	}
+	bDone := make(chan res, 1)
+	go func() {
+		rs, err := b.Exec(ctx, hiddenView).ReadAll()
+		if err != nil {
+			bDone <- res{err: err}
+			return
+		}
+		bDone <- res{v: string(rs[0].Rows[0][0])}
+	}()
+	waitState(t, "B to wait", func() bool { return hiddenWaiting(h) >= 2 || len(bDone) > 0 })
+	if err := <-cDone; err != nil {
+		t.Fatalf("C: %v", err)
+	}
+	var r res
+	pinned := false
+	select {
+	case r = <-bDone:
+		// B ran before or after A, on the same server connection.
+	case err := <-aDone:
+		aDone <- err
+		waitState(t, "B's answer, or A holding the connection", func() bool {
+			return len(bDone) > 0 || (hiddenWaiting(h) >= 1 && hiddenHeld(h))
+		})
+		if pinned = len(bDone) == 0; pinned {
+			if err := a.Close(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+		r = <-bDone
+	}
+	aErr := <-aDone
+	if r.err != nil {
+		t.Fatalf("B: %v", r.err)
+	}
+	return r.v, aErr, pinned
 }

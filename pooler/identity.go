@@ -59,7 +59,8 @@ type sqlInfo struct {
 	paramsAll bool     // RESET ALL, set_config of a parameter the lexer cannot name, or an opaque statement
 	resetAll  bool     // RESET ALL
 	copy      bool     // a COPY, which may leave the server waiting for the client's data
-	schema    bool     // CREATE, ALTER or DROP: statements prepared before may have changed shape
+	schema    bool     // CREATE, ALTER, DROP or COMMIT PREPARED: statements prepared before may have changed shape
+	load      bool     // LOAD: a library stays in the server process for good
 
 	pins pinning.Info // unmovable session state (pin.go)
 
@@ -82,15 +83,20 @@ func inspectSQL(sql []byte) sqlInfo {
 	}
 	text := unsafe.String(&sql[0], len(sql)) // sql is not modified while text is in use
 	sum := sqllex.Classify(text).Flags
-	info := sqlInfo{pins: pinning.Read(text, sum), copy: sum&sqllex.Copy != 0, schema: sum&sqllex.SchemaChange != 0}
+	// COMMIT PREPARED may commit DDL prepared earlier, and a DO block
+	// (a migration's, most often) may run DDL: the catalog may change as
+	// after DDL (catalog.go).
+	info := sqlInfo{pins: pinning.Read(text, sum), copy: sum&sqllex.Copy != 0,
+		schema: sum&(sqllex.SchemaChange|sqllex.CommitPrepared|sqllex.DoBlock) != 0, load: sum&sqllex.Load != 0}
 	if sum == 0 {
 		info.pipe, info.fp = true, sqllex.Fingerprint(text)
 	}
-	if sum.Opaque() {
+	if sum.Opaque() || sum&sqllex.SchemaChange != 0 {
 		// DO, CALL or a function the lexer cannot vouch for may set any
-		// parameter for the session: read them back, and start the
-		// connection from its defaults for its next borrower (params.go).
-		// Whether the identity changed the probe asks the server (pin.go).
+		// parameter for the session, and so may an event trigger DDL
+		// fires: read them back, and start the connection from its
+		// defaults for its next borrower (params.go). Whether the
+		// identity changed the probe asks the server (pin.go).
 		info.paramsAll = true
 	}
 	if sum&(identityChange|sqllex.Transaction|sessionParams|sqllex.DiscardAll) == 0 {

@@ -58,6 +58,16 @@ type pinState struct {
 // taken for it. Inside a block the statement runs and pins the client, as
 // the state it creates outlives the block.
 func (s *session) checkState(info sqlInfo) error {
+	if info.load && s.p.cfg.Mode == ModeTransaction {
+		// What a library does when loaded (its placeholders, its hooks)
+		// stays with the server process, and no reset undoes it.
+		return &PGError{
+			Severity: "ERROR",
+			Code:     pgproto.CodeFeatureNotSupported,
+			Message:  "LOAD is not supported in transaction pooling mode",
+			Hint:     "Connect in session mode, or have the server load the library for every session (session_preload_libraries).",
+		}
+	}
 	in := info.pins
 	if in.Holds == 0 || !in.Outside || s.p.cfg.SessionState != SessionStateError || s.p.cfg.Mode != ModeTransaction {
 		return nil
@@ -203,10 +213,17 @@ func appendProbe(b []byte, login string) []byte {
 // wrong guess costs only a probe whose answer is not used. s.mu must be
 // held.
 func (s *session) probeLocked(a *attachment, ends bool) []byte {
-	if !s.pin.probe || s.p.cfg.Mode != ModeTransaction || a.begun || ((a.status == 'T' || a.status == 'E') && !ends) || a.copy {
+	if !s.pin.probe || s.p.cfg.Mode != ModeTransaction || a.begun || ((a.status == 'T' || a.status == 'E') && !ends) {
 		return nil
 	}
-	s.pin.probe = false
+	if a.copy {
+		// Nothing may follow a COPY that may be reading the client's
+		// data: if the connection is released first, it is closed
+		// (finishRelease), for what it holds is unknown.
+		a.probeOwed = true
+		return nil
+	}
+	s.pin.probe, a.probeOwed = false, false
 	s.push(a, entry{kind: eQuery, quiet: true, probe: true, gen: s.pin.gen})
 	return appendProbe(nil, a.conn.ServerDefaults["session_authorization"])
 }

@@ -103,7 +103,7 @@ func (s *session) pipelineCheckLocked(typ byte, body []byte) pipeBatch {
 		return pipeBatch{}
 	}
 	rest := s.cr.Peek()
-	fp, ok := scanBatch(typ, body, rest, s.stmts, s.unnamed, &s.pipeText, catalogOf(s.pool).current())
+	fp, ok := scanBatch(typ, body, rest, s.stmts, s.unnamed, &s.pipeText, s.p.catalogOf(s.pool).current())
 	if !ok {
 		return pipeBatch{}
 	}

@@ -35,7 +35,10 @@ type Pooler struct {
 	cfg   Config
 	pools PoolSource
 	log   *slog.Logger
-	m     *metrics
+	// catalogs holds the catalog watch of each database (catalog.go), by
+	// backend.Pool.Server.
+	catalogs sync.Map
+	m        *metrics
 
 	mu        sync.Mutex
 	sessions  map[uint32]*session // by the BackendKeyData process ID we gave the client

@@ -66,11 +66,18 @@ type entry struct {
 type attachment struct {
 	conn   *backend.Conn
 	ddl    bool // the server ran DDL whose transaction has not ended (catalog.go)
-	st     *serverState
-	gen    uint64 // the session's count of attachments when this one began (a deferred cancel's check)
-	queue  []entry
-	head   int
-	status byte // last ReadyForQuery status
+	ranDDL bool // ... and ran DDL at all, ended or not
+	// probeOwed says the probe was due but held back behind a COPY
+	// (probeLocked).
+	probeOwed bool
+	// catalogGen is the catalog watch's generation when the attachment
+	// began (overlapsDDLLocked).
+	catalogGen uint64
+	st         *serverState
+	gen        uint64 // the session's count of attachments when this one began (a deferred cancel's check)
+	queue      []entry
+	head       int
+	status     byte // last ReadyForQuery status
 
 	batchStart time.Time // first message of the client's request not yet closed by Sync (see noteRequest)
 	txStart    time.Time // first request of the transaction in progress
@@ -153,6 +160,18 @@ func (s *session) discard(a *attachment, e *entry) {
 }
 
 func (a *attachment) pending() int { return len(a.queue) - a.head }
+
+// clientPending counts the client's own entries still owed a reply: the
+// pooler's quiet queries (the probe, a parameter read-back) left out.
+func (a *attachment) clientPending() int {
+	n := 0
+	for i := a.head; i < len(a.queue); i++ {
+		if !a.queue[i].quiet {
+			n++
+		}
+	}
+	return n
+}
 
 func (a *attachment) front() *entry {
 	if a.head < len(a.queue) {
@@ -273,10 +292,12 @@ func (s *session) readyLocked(a *attachment, m *reply) {
 	s.discardToSync(a)
 	a.skipping = false
 	if a.ddl && a.status == 'I' {
-		if a.pending() <= 1 {
-			s.endDDLLocked(a) // everything sent was answered, outside any block
+		if a.clientPending() <= 1 {
+			// Everything the client sent was answered, outside any
+			// block; what follows is the pooler's own (the probe).
+			s.endDDLLocked(a)
 		} else {
-			catalogOf(a.conn.Pool()).invalidate()
+			s.p.catalogOf(a.conn.Pool()).invalidate()
 		}
 	}
 	if a.pending() <= 1 {

@@ -801,6 +801,21 @@ func (s *session) finishRelease(a *attachment) {
 	s.mu.Lock()
 	s.endDDLLocked(a)
 	destroy := a.destroy
+	if !destroy && s.overlapsDDLLocked(a) {
+		// A request read by the catalog from before the DDL may have run
+		// code the DDL added: what the server holds is unknown.
+		destroy = true
+		a.destroy = true
+		s.log.Info("closing a server connection whose requests ran while DDL changed the catalog", "server_pid", a.conn.PID)
+	}
+	if a.probeOwed && s.pin.probe && !s.pinned && !destroy {
+		// The probe after an opaque statement never ran (a COPY was open
+		// when it was due): what the server holds is unknown, so the
+		// connection goes rather than to another client.
+		destroy = true
+		a.destroy = true
+		s.log.Info("closing a server connection whose session state is unknown after COPY", "server_pid", a.conn.PID)
+	}
 	draining := s.draining
 	resetID := a.identity
 	cancels := a.cancels

@@ -174,6 +174,8 @@ func (c *classifier) head() {
 		st.Flags |= Call
 	case eqFold(w, "load"):
 		st.Flags |= Load
+	case eqFold(w, "analyze"), eqFold(w, "analyse"), eqFold(w, "vacuum"), eqFold(w, "cluster"), eqFold(w, "reindex"):
+		st.Flags |= Maintenance
 	case eqFold(w, "close"):
 		st.Flags |= CloseCursor
 		if n := c.next(); !c.is(n, "all") {

@@ -181,6 +181,11 @@ const (
 	// see builtins.go). Like DO and CALL it may do anything, SET ROLE
 	// included (Flags.Opaque).
 	OpaqueCall
+	// Maintenance marks ANALYZE (ANALYSE), VACUUM, CLUSTER and REINDEX,
+	// which run the index expressions, extended statistics expressions
+	// and operator class functions of tables they need not name, so they
+	// are opaque too.
+	Maintenance
 )
 
 // Uncertainty. When either is set a caller should take its safe path.
@@ -220,7 +225,7 @@ var flagNames = [64]string{
 	"DiscardSequences", "DiscardTemp",
 	36: "Copy", "Listen", "Unlisten", "Notify", "DeclareCursor", "DeclareHold", "CreateTemp",
 	"DoBlock", "Call", "Load", "AdvisoryLock", "CloseCursor", "AdvisoryUnlock", "Drop", "SchemaChange",
-	"OtherBackend", "OpaqueCall",
+	"OtherBackend", "OpaqueCall", "Maintenance",
 	56: "Incomplete", "Ambiguous",
 }
 

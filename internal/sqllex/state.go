@@ -112,7 +112,7 @@ func (f Flags) Releases() Held {
 // run-time parameters for the session, and EXECUTE runs a statement
 // prepared earlier (PREPARE p AS SELECT set_config(…)) whose text it does
 // not carry. A caller must find out from the server what they did.
-func (f Flags) Opaque() bool { return f&(DoBlock|Call|OpaqueCall|Execute) != 0 }
+func (f Flags) Opaque() bool { return f&(DoBlock|Call|OpaqueCall|Execute|Maintenance) != 0 }
 
 // StateKind names the first statement of sql that may leave session state
 // behind (see Flags.Holds), for log lines and error messages: "CREATE

@@ -21,7 +21,10 @@ package hiddencode
 import (
 	"encoding/binary"
 	"errors"
+	"slices"
 	"strconv"
+	"strings"
+	"unicode/utf8"
 
 	"github.com/pgquic/pgquic/internal/sqllex"
 )
@@ -63,128 +66,171 @@ const firstUserOID = 16384
 // wait behind a migration's lock on the table, and costs less.
 const Query = prelude +
 	"WITH owner AS (\n" +
-	"  SELECT 'pg_catalog.pg_attrdef'::pg_catalog.regclass AS cls, oid AS obj, 'r'::text AS k, adrelid AS id FROM pg_catalog.pg_attrdef\n" +
-	"  UNION ALL SELECT 'pg_catalog.pg_constraint'::pg_catalog.regclass, oid, 'r', conrelid FROM pg_catalog.pg_constraint WHERE conrelid <> 0\n" +
-	"  UNION ALL SELECT 'pg_catalog.pg_constraint'::pg_catalog.regclass, oid, 't', contypid FROM pg_catalog.pg_constraint WHERE contypid <> 0\n" +
-	"  UNION ALL SELECT 'pg_catalog.pg_class'::pg_catalog.regclass, indexrelid, 'r', indrelid FROM pg_catalog.pg_index\n" +
-	"  UNION ALL SELECT 'pg_catalog.pg_policy'::pg_catalog.regclass, oid, 'r', polrelid FROM pg_catalog.pg_policy\n" +
-	"  UNION ALL SELECT 'pg_catalog.pg_rewrite'::pg_catalog.regclass, oid, 'r', ev_class FROM pg_catalog.pg_rewrite\n" +
+	"  SELECT 'pg_catalog.pg_attrdef'::pg_catalog.regclass::pg_catalog.oid AS cls, oid AS obj, 'r'::pg_catalog.text AS k, adrelid AS id FROM pg_catalog.pg_attrdef\n" +
+	"  UNION ALL SELECT 'pg_catalog.pg_constraint'::pg_catalog.regclass::pg_catalog.oid, oid, 'r', conrelid FROM pg_catalog.pg_constraint WHERE conrelid OPERATOR(pg_catalog.<>) 0::pg_catalog.oid\n" +
+	"  UNION ALL SELECT 'pg_catalog.pg_constraint'::pg_catalog.regclass::pg_catalog.oid, oid, 't', contypid FROM pg_catalog.pg_constraint WHERE contypid OPERATOR(pg_catalog.<>) 0::pg_catalog.oid\n" +
+	"  UNION ALL SELECT 'pg_catalog.pg_class'::pg_catalog.regclass::pg_catalog.oid, indexrelid, 'r', indrelid FROM pg_catalog.pg_index\n" +
+	"  UNION ALL SELECT 'pg_catalog.pg_class'::pg_catalog.regclass::pg_catalog.oid, oid, 'r', oid FROM pg_catalog.pg_class WHERE oid OPERATOR(pg_catalog.>=) 16384::pg_catalog.oid\n" +
+	"  UNION ALL SELECT 'pg_catalog.pg_type'::pg_catalog.regclass::pg_catalog.oid, oid, 't', oid FROM pg_catalog.pg_type WHERE oid OPERATOR(pg_catalog.>=) 16384::pg_catalog.oid\n" +
+	"  UNION ALL SELECT 'pg_catalog.pg_policy'::pg_catalog.regclass::pg_catalog.oid, oid, 'r', polrelid FROM pg_catalog.pg_policy\n" +
+	"  UNION ALL SELECT 'pg_catalog.pg_rewrite'::pg_catalog.regclass::pg_catalog.oid, oid, 'r', ev_class FROM pg_catalog.pg_rewrite\n" +
+	"  UNION ALL SELECT 'pg_catalog.pg_trigger'::pg_catalog.regclass::pg_catalog.oid, oid, 'r', tgrelid FROM pg_catalog.pg_trigger WHERE NOT tgisinternal\n" +
+	"  UNION ALL SELECT 'pg_catalog.pg_statistic_ext'::pg_catalog.regclass::pg_catalog.oid, oid, 'r', stxrelid FROM pg_catalog.pg_statistic_ext\n" +
 	"), ref AS (\n" +
 	"  SELECT o.k, o.id,\n" +
-	"    CASE d.refclassid WHEN 'pg_catalog.pg_proc'::pg_catalog.regclass THEN 'f'\n" +
-	"      WHEN 'pg_catalog.pg_type'::pg_catalog.regclass THEN 't'\n" +
-	"      WHEN 'pg_catalog.pg_operator'::pg_catalog.regclass THEN 'o' ELSE 'r' END AS rk,\n" +
+	"    CASE WHEN d.refclassid OPERATOR(pg_catalog.=) 'pg_catalog.pg_proc'::pg_catalog.regclass::pg_catalog.oid THEN 'f'\n" +
+	"      WHEN d.refclassid OPERATOR(pg_catalog.=) 'pg_catalog.pg_type'::pg_catalog.regclass::pg_catalog.oid THEN 't'\n" +
+	"      WHEN d.refclassid OPERATOR(pg_catalog.=) 'pg_catalog.pg_operator'::pg_catalog.regclass::pg_catalog.oid THEN 'o'\n" +
+	"      ELSE 'r' END::pg_catalog.text AS rk,\n" +
 	"    d.refobjid AS rid\n" +
-	"  FROM pg_catalog.pg_depend d JOIN owner o ON d.classid = o.cls AND d.objid = o.obj\n" +
-	"  WHERE o.id >= 16384 AND d.refclassid IN ('pg_catalog.pg_proc'::pg_catalog.regclass, 'pg_catalog.pg_type'::pg_catalog.regclass,\n" +
-	"    'pg_catalog.pg_operator'::pg_catalog.regclass, 'pg_catalog.pg_class'::pg_catalog.regclass)\n" +
+	"  FROM pg_catalog.pg_depend d JOIN owner o ON d.classid OPERATOR(pg_catalog.=) o.cls AND d.objid OPERATOR(pg_catalog.=) o.obj\n" +
+	"  WHERE o.id OPERATOR(pg_catalog.>=) 16384::pg_catalog.oid\n" +
+	"    AND d.refclassid OPERATOR(pg_catalog.=) ANY (ARRAY['pg_catalog.pg_proc'::pg_catalog.regclass, 'pg_catalog.pg_type'::pg_catalog.regclass,\n" +
+	"      'pg_catalog.pg_operator'::pg_catalog.regclass, 'pg_catalog.pg_class'::pg_catalog.regclass]::pg_catalog.oid[])\n" +
+	"    AND NOT (d.refclassid OPERATOR(pg_catalog.=) 'pg_catalog.pg_class'::pg_catalog.regclass::pg_catalog.oid AND d.refobjid OPERATOR(pg_catalog.=) o.id)\n" +
 	"  UNION ALL\n" +
 	"  SELECT 'r', a.attrelid, 't', a.atttypid FROM pg_catalog.pg_attribute a\n" +
-	"  WHERE a.attrelid >= 16384 AND a.attnum > 0 AND NOT a.attisdropped AND a.atttypid >= 16384\n" +
+	"  WHERE a.attrelid OPERATOR(pg_catalog.>=) 16384::pg_catalog.oid AND a.attnum OPERATOR(pg_catalog.>) 0::pg_catalog.int2\n" +
+	"    AND NOT a.attisdropped AND a.atttypid OPERATOR(pg_catalog.>=) 16384::pg_catalog.oid\n" +
 	"  UNION ALL SELECT 'r', inhparent, 'r', inhrelid FROM pg_catalog.pg_inherits\n" +
-	"  UNION ALL SELECT 'r', confrelid, 'r', conrelid FROM pg_catalog.pg_constraint\n" +
-	"  WHERE contype = 'f' AND (confdeltype NOT IN ('a', 'r') OR confupdtype NOT IN ('a', 'r'))\n" +
+	"  UNION ALL SELECT 'r', confrelid, 'r', conrelid FROM pg_catalog.pg_constraint WHERE contype OPERATOR(pg_catalog.=) 'f'::pg_catalog.\"char\"\n" +
+	"  UNION ALL SELECT 'r', i.indrelid, 'f', ap.amproc\n" +
+	"  FROM pg_catalog.pg_index i, LATERAL pg_catalog.unnest(i.indclass::pg_catalog.oid[]) oc, pg_catalog.pg_opclass c, pg_catalog.pg_amproc ap\n" +
+	"  WHERE oc OPERATOR(pg_catalog.>=) 16384::pg_catalog.oid AND c.oid OPERATOR(pg_catalog.=) oc AND ap.amprocfamily OPERATOR(pg_catalog.=) c.opcfamily\n" +
+	"  UNION ALL SELECT 'r', pt.partrelid, 'f', ap.amproc\n" +
+	"  FROM pg_catalog.pg_partitioned_table pt, LATERAL pg_catalog.unnest(pt.partclass::pg_catalog.oid[]) oc, pg_catalog.pg_opclass c, pg_catalog.pg_amproc ap\n" +
+	"  WHERE oc OPERATOR(pg_catalog.>=) 16384::pg_catalog.oid AND c.oid OPERATOR(pg_catalog.=) oc AND ap.amprocfamily OPERATOR(pg_catalog.=) c.opcfamily\n" +
 	"  UNION ALL SELECT 't', t.oid, 'f', f FROM pg_catalog.pg_type t,\n" +
 	"    LATERAL pg_catalog.unnest(ARRAY[t.typinput, t.typoutput, t.typreceive, t.typsend, t.typmodin, t.typmodout, t.typanalyze]::pg_catalog.oid[]) f\n" +
-	"  WHERE t.oid >= 16384 AND f >= 16384\n" +
-	"  UNION ALL SELECT 't', oid, 't', typbasetype FROM pg_catalog.pg_type WHERE oid >= 16384 AND typbasetype <> 0\n" +
-	"  UNION ALL SELECT 't', oid, 't', typelem FROM pg_catalog.pg_type WHERE oid >= 16384 AND typelem <> 0\n" +
-	"  UNION ALL SELECT 't', oid, 'r', typrelid FROM pg_catalog.pg_type WHERE oid >= 16384 AND typrelid <> 0\n" +
-	"  UNION ALL SELECT 't', rngtypid, 't', rngsubtype FROM pg_catalog.pg_range WHERE rngtypid >= 16384\n" +
+	"  WHERE t.oid OPERATOR(pg_catalog.>=) 16384::pg_catalog.oid AND f OPERATOR(pg_catalog.>=) 16384::pg_catalog.oid\n" +
+	"  UNION ALL SELECT 't', oid, 't', typbasetype FROM pg_catalog.pg_type WHERE oid OPERATOR(pg_catalog.>=) 16384::pg_catalog.oid AND typbasetype OPERATOR(pg_catalog.<>) 0::pg_catalog.oid\n" +
+	"  UNION ALL SELECT 't', oid, 't', typelem FROM pg_catalog.pg_type WHERE oid OPERATOR(pg_catalog.>=) 16384::pg_catalog.oid AND typelem OPERATOR(pg_catalog.<>) 0::pg_catalog.oid\n" +
+	"  UNION ALL SELECT 't', oid, 'r', typrelid FROM pg_catalog.pg_type WHERE oid OPERATOR(pg_catalog.>=) 16384::pg_catalog.oid AND typrelid OPERATOR(pg_catalog.<>) 0::pg_catalog.oid\n" +
+	"  UNION ALL SELECT 't', rngtypid, 't', rngsubtype FROM pg_catalog.pg_range WHERE rngtypid OPERATOR(pg_catalog.>=) 16384::pg_catalog.oid\n" +
 	"  UNION ALL SELECT 't', rngtypid, 'f', f FROM pg_catalog.pg_range,\n" +
-	"    LATERAL pg_catalog.unnest(ARRAY[rngcanonical, rngsubdiff]::pg_catalog.oid[]) f WHERE rngtypid >= 16384 AND f >= 16384\n" +
-	"  UNION ALL SELECT 't', castsource, 'f', castfunc FROM pg_catalog.pg_cast WHERE oid >= 16384 AND castfunc <> 0\n" +
-	"  UNION ALL SELECT 't', casttarget, 'f', castfunc FROM pg_catalog.pg_cast WHERE oid >= 16384 AND castfunc <> 0\n" +
+	"    LATERAL pg_catalog.unnest(ARRAY[rngcanonical, rngsubdiff]::pg_catalog.oid[]) f\n" +
+	"  WHERE rngtypid OPERATOR(pg_catalog.>=) 16384::pg_catalog.oid AND f OPERATOR(pg_catalog.<>) 0::pg_catalog.oid\n" +
+	"  UNION ALL SELECT 't', castsource, 'f', castfunc FROM pg_catalog.pg_cast\n" +
+	"  WHERE oid OPERATOR(pg_catalog.>=) 16384::pg_catalog.oid AND castfunc OPERATOR(pg_catalog.<>) 0::pg_catalog.oid\n" +
+	"  UNION ALL SELECT 't', casttarget, 'f', castfunc FROM pg_catalog.pg_cast\n" +
+	"  WHERE oid OPERATOR(pg_catalog.>=) 16384::pg_catalog.oid AND castfunc OPERATOR(pg_catalog.<>) 0::pg_catalog.oid\n" +
 	"), tree AS (\n" +
-	"  SELECT 'r'::text AS k, adrelid AS id, adbin AS t FROM pg_catalog.pg_attrdef WHERE adrelid >= 16384\n" +
-	"  UNION ALL SELECT 'r', conrelid, conbin FROM pg_catalog.pg_constraint WHERE conrelid >= 16384 AND conbin IS NOT NULL\n" +
-	"  UNION ALL SELECT 't', contypid, conbin FROM pg_catalog.pg_constraint WHERE contypid >= 16384 AND conbin IS NOT NULL\n" +
-	"  UNION ALL SELECT 'r', indrelid, indexprs FROM pg_catalog.pg_index WHERE indrelid >= 16384 AND indexprs IS NOT NULL\n" +
-	"  UNION ALL SELECT 'r', indrelid, indpred FROM pg_catalog.pg_index WHERE indrelid >= 16384 AND indpred IS NOT NULL\n" +
+	"  SELECT 'r'::pg_catalog.text AS k, adrelid AS id, adbin AS t FROM pg_catalog.pg_attrdef WHERE adrelid OPERATOR(pg_catalog.>=) 16384::pg_catalog.oid\n" +
+	"  UNION ALL SELECT 'r', conrelid, conbin FROM pg_catalog.pg_constraint WHERE conrelid OPERATOR(pg_catalog.>=) 16384::pg_catalog.oid AND conbin IS NOT NULL\n" +
+	"  UNION ALL SELECT 't', contypid, conbin FROM pg_catalog.pg_constraint WHERE contypid OPERATOR(pg_catalog.>=) 16384::pg_catalog.oid AND conbin IS NOT NULL\n" +
+	"  UNION ALL SELECT 't', oid, typdefaultbin FROM pg_catalog.pg_type WHERE oid OPERATOR(pg_catalog.>=) 16384::pg_catalog.oid AND typdefaultbin IS NOT NULL\n" +
+	"  UNION ALL SELECT 'r', indrelid, indexprs FROM pg_catalog.pg_index WHERE indrelid OPERATOR(pg_catalog.>=) 16384::pg_catalog.oid AND indexprs IS NOT NULL\n" +
+	"  UNION ALL SELECT 'r', indrelid, indpred FROM pg_catalog.pg_index WHERE indrelid OPERATOR(pg_catalog.>=) 16384::pg_catalog.oid AND indpred IS NOT NULL\n" +
+	"  UNION ALL SELECT 'r', partrelid, partexprs FROM pg_catalog.pg_partitioned_table WHERE partexprs IS NOT NULL\n" +
+	"  UNION ALL SELECT 'r', stxrelid, stxexprs FROM pg_catalog.pg_statistic_ext WHERE stxexprs IS NOT NULL\n" +
 	"  UNION ALL SELECT 'r', polrelid, polqual FROM pg_catalog.pg_policy WHERE polqual IS NOT NULL\n" +
 	"  UNION ALL SELECT 'r', polrelid, polwithcheck FROM pg_catalog.pg_policy WHERE polwithcheck IS NOT NULL\n" +
-	"  UNION ALL SELECT 'r', ev_class, ev_action FROM pg_catalog.pg_rewrite WHERE ev_class >= 16384\n" +
-	"  UNION ALL SELECT 'r', ev_class, ev_qual FROM pg_catalog.pg_rewrite WHERE ev_class >= 16384\n" +
+	"  UNION ALL SELECT 'r', ev_class, ev_action FROM pg_catalog.pg_rewrite WHERE ev_class OPERATOR(pg_catalog.>=) 16384::pg_catalog.oid\n" +
+	"  UNION ALL SELECT 'r', ev_class, ev_qual FROM pg_catalog.pg_rewrite WHERE ev_class OPERATOR(pg_catalog.>=) 16384::pg_catalog.oid\n" +
+	"  UNION ALL SELECT 'r', tgrelid, tgqual FROM pg_catalog.pg_trigger\n" +
+	"  WHERE tgrelid OPERATOR(pg_catalog.>=) 16384::pg_catalog.oid AND NOT tgisinternal AND tgqual IS NOT NULL\n" +
 	"), called AS (\n" +
 	"  SELECT DISTINCT tree.k, tree.id, m[1]::pg_catalog.oid AS f\n" +
-	"  FROM tree, LATERAL pg_catalog.regexp_matches(tree.t::text, ':(?:funcid|aggfnoid|winfnoid) (\\d+)', 'g') m\n" +
-	")\n" +
-	"SELECT 'v' AS row, 'v' AS k, 0::pg_catalog.oid AS id, " + fingerprint +
-	" AS name,\n" +
-	"  NULL::boolean AS bad, NULL::text AS rk, NULL::pg_catalog.oid AS rid, NULL::text AS fname\n" +
+	"  FROM tree, LATERAL pg_catalog.regexp_matches(tree.t::pg_catalog.text, ':(?:funcid|aggfnoid|winfnoid) (\\d+)', 'g') m\n" +
+	"), " +
+	fingerprintCTE + "\n" +
+	fingerprintRows + "\n" +
 	"UNION ALL\n" +
-	"SELECT 'n', 'r', c.oid, c.relname::text,\n" +
-	"  (c.relkind = 'f'\n" +
-	"   OR EXISTS (SELECT 1 FROM pg_catalog.pg_trigger g WHERE g.tgrelid = c.oid AND NOT g.tgisinternal)\n" +
-	"   OR EXISTS (SELECT 1 FROM pg_catalog.pg_rewrite w WHERE w.ev_class = c.oid AND w.rulename <> '_RETURN')),\n" +
+	"SELECT 'n', 'r', c.oid, c.relname::pg_catalog.text,\n" +
+	"  (c.relkind OPERATOR(pg_catalog.=) 'f'::pg_catalog.\"char\"\n" +
+	"   OR EXISTS (SELECT 1 FROM pg_catalog.pg_rewrite w WHERE w.ev_class OPERATOR(pg_catalog.=) c.oid\n" +
+	"     AND w.rulename OPERATOR(pg_catalog.<>) '_RETURN'::pg_catalog.name)),\n" +
 	"  NULL, NULL, NULL\n" +
 	"FROM pg_catalog.pg_class c\n" +
-	"WHERE c.relkind IN ('r', 'p', 'v', 'm', 'f') AND (c.oid >= 16384\n" +
-	"   OR EXISTS (SELECT 1 FROM pg_catalog.pg_rewrite w WHERE w.ev_class = c.oid AND w.rulename <> '_RETURN'))\n" +
+	"WHERE c.relkind OPERATOR(pg_catalog.=) ANY (ARRAY['r', 'p', 'v', 'm', 'f']::pg_catalog.\"char\"[])\n" +
+	"  AND (c.oid OPERATOR(pg_catalog.>=) 16384::pg_catalog.oid\n" +
+	"   OR EXISTS (SELECT 1 FROM pg_catalog.pg_rewrite w WHERE w.ev_class OPERATOR(pg_catalog.=) c.oid\n" +
+	"     AND w.rulename OPERATOR(pg_catalog.<>) '_RETURN'::pg_catalog.name))\n" +
 	"UNION ALL\n" +
-	"SELECT 'n', 't', t.oid, t.typname::text, false, NULL, NULL, NULL FROM pg_catalog.pg_type t WHERE t.oid >= 16384\n" +
+	"SELECT 'n', 't', t.oid, t.typname::pg_catalog.text, false, NULL, NULL, NULL FROM pg_catalog.pg_type t\n" +
+	"WHERE t.oid OPERATOR(pg_catalog.>=) 16384::pg_catalog.oid\n" +
 	"UNION ALL\n" +
-	"SELECT 'n', 'o', o.oid, o.oprname::text, true, NULL, NULL, NULL FROM pg_catalog.pg_operator o WHERE o.oid >= 16384\n" +
+	"SELECT 'n', 'o', o.oid, o.oprname::pg_catalog.text, true, NULL, NULL, NULL FROM pg_catalog.pg_operator o\n" +
+	"WHERE o.oid OPERATOR(pg_catalog.>=) 16384::pg_catalog.oid\n" +
+	"UNION ALL\n" +
+	"SELECT 'f', 'f', p.oid, p.proname::pg_catalog.text,\n" +
+	"  NOT (l.lanname OPERATOR(pg_catalog.=) ANY (ARRAY['sql', 'plpgsql']::pg_catalog.name[])\n" +
+	"    AND p.prokind OPERATOR(pg_catalog.=) 'f'::pg_catalog.\"char\" AND p.prosrc OPERATOR(pg_catalog.<>) ''::pg_catalog.text),\n" +
+	"  NULL, NULL,\n" +
+	"  CASE WHEN l.lanname OPERATOR(pg_catalog.=) ANY (ARRAY['sql', 'plpgsql']::pg_catalog.name[]) THEN p.prosrc END\n" +
+	"FROM pg_catalog.pg_proc p JOIN pg_catalog.pg_language l ON l.oid OPERATOR(pg_catalog.=) p.prolang\n" +
+	"WHERE p.oid OPERATOR(pg_catalog.>=) 16384::pg_catalog.oid\n" +
+	"UNION ALL\n" +
+	"SELECT 's', 'f', p.oid, p.proname::pg_catalog.text, NULL, NULL, NULL, NULL FROM pg_catalog.pg_proc p\n" +
+	"WHERE p.oid OPERATOR(pg_catalog.>=) 16384::pg_catalog.oid AND EXISTS (SELECT 1 FROM pg_catalog.pg_proc b\n" +
+	"  WHERE b.proname OPERATOR(pg_catalog.=) p.proname AND b.oid OPERATOR(pg_catalog.<) 16384::pg_catalog.oid)\n" +
+	"UNION ALL\n" +
+	"SELECT 'n', 'x', e.oid, e.evtname::pg_catalog.text, true, NULL, NULL, NULL FROM pg_catalog.pg_event_trigger e\n" +
 	"UNION ALL\n" +
 	"SELECT 'e', ref.k, ref.id, NULL, NULL, ref.rk, ref.rid,\n" +
-	"  (SELECT p.proname::text FROM pg_catalog.pg_proc p WHERE ref.rk = 'f' AND p.oid = ref.rid AND p.oid < 16384\n" +
-	"     AND p.pronamespace = 'pg_catalog'::pg_catalog.regnamespace)\n" +
-	"FROM ref WHERE ref.rk <> 't' OR ref.rid >= 16384\n" +
+	"  (SELECT p.proname::pg_catalog.text FROM pg_catalog.pg_proc p WHERE ref.rk OPERATOR(pg_catalog.=) 'f'::pg_catalog.text\n" +
+	"     AND p.oid OPERATOR(pg_catalog.=) ref.rid AND p.oid OPERATOR(pg_catalog.<) 16384::pg_catalog.oid\n" +
+	"     AND p.pronamespace OPERATOR(pg_catalog.=) 'pg_catalog'::pg_catalog.regnamespace::pg_catalog.oid)\n" +
+	"FROM ref WHERE ref.rk OPERATOR(pg_catalog.<>) 't'::pg_catalog.text OR ref.rid OPERATOR(pg_catalog.>=) 16384::pg_catalog.oid\n" +
 	"UNION ALL\n" +
 	"SELECT 'e', called.k, called.id, NULL, NULL, 'f', called.f,\n" +
-	"  (SELECT p.proname::text FROM pg_catalog.pg_proc p WHERE p.oid = called.f AND p.oid < 16384\n" +
-	"     AND p.pronamespace = 'pg_catalog'::pg_catalog.regnamespace)\n" +
+	"  (SELECT p.proname::pg_catalog.text FROM pg_catalog.pg_proc p WHERE p.oid OPERATOR(pg_catalog.=) called.f\n" +
+	"     AND p.oid OPERATOR(pg_catalog.<) 16384::pg_catalog.oid\n" +
+	"     AND p.pronamespace OPERATOR(pg_catalog.=) 'pg_catalog'::pg_catalog.regnamespace::pg_catalog.oid)\n" +
 	"FROM called\n" +
 	"UNION ALL\n" +
 	"SELECT 'g', 'c', c.oid, NULL, NULL, 'f', c.castfunc,\n" +
-	"  (SELECT p.proname::text FROM pg_catalog.pg_proc p WHERE p.oid = c.castfunc AND p.oid < 16384\n" +
-	"     AND p.pronamespace = 'pg_catalog'::pg_catalog.regnamespace)\n" +
-	"FROM pg_catalog.pg_cast c WHERE c.oid >= 16384 AND c.castsource < 16384 AND c.casttarget < 16384\n" +
+	"  (SELECT p.proname::pg_catalog.text FROM pg_catalog.pg_proc p WHERE p.oid OPERATOR(pg_catalog.=) c.castfunc\n" +
+	"     AND p.oid OPERATOR(pg_catalog.<) 16384::pg_catalog.oid\n" +
+	"     AND p.pronamespace OPERATOR(pg_catalog.=) 'pg_catalog'::pg_catalog.regnamespace::pg_catalog.oid)\n" +
+	"FROM pg_catalog.pg_cast c WHERE c.oid OPERATOR(pg_catalog.>=) 16384::pg_catalog.oid\n" +
+	"  AND c.castsource OPERATOR(pg_catalog.<) 16384::pg_catalog.oid AND c.casttarget OPERATOR(pg_catalog.<) 16384::pg_catalog.oid\n" +
+	"  AND c.castfunc OPERATOR(pg_catalog.<>) 0::pg_catalog.oid" +
 	"; COMMIT"
 
-// FingerprintQuery returns, in one row, the Fingerprint that Query's
-// rows would carry now: the number of rows of every catalog Query reads
-// and the sum of their xmin. Any DDL that Query could see inserts,
-// deletes or replaces a row in one of them, and a replaced row has a
-// newer xmin, so an equal fingerprint means an equal catalog (a frozen
-// row's xmin reads differently, which costs a needless full read, never
-// a missed change). It costs a scan of those catalogs, a tenth of Query
-// on a database of a thousand tables.
-const FingerprintQuery = prelude + "SELECT " + fingerprint + "; COMMIT"
+// FingerprintQuery returns the "v" rows Query's result carries: for every
+// catalog Query reads, its number of rows and the sum of their xmin. Any
+// DDL Query could see inserts, deletes or replaces a row in one of them,
+// and a replaced row has a newer xmin, so an equal fingerprint means an
+// equal catalog (a frozen row's xmin reads differently, which costs a
+// needless full read, never a missed change). It costs a scan of those
+// catalogs, a sixth of Query on a database of a thousand tables.
+const FingerprintQuery = prelude + "WITH " + fingerprintCTE + "\n" + fingerprintRows + "; COMMIT"
 
-// ReadFingerprint returns the fingerprint from FingerprintQuery's DataRow.
-func ReadFingerprint(body []byte) (string, error) {
-	if len(body) < 6 || binary.BigEndian.Uint16(body) != 1 {
-		return "", errRow
-	}
-	l := int32(binary.BigEndian.Uint32(body[2:]))
-	if l < 0 || int(l) != len(body)-6 {
-		return "", errRow
-	}
-	return string(body[6:]), nil
-}
+const fingerprintCTE = "fp AS (\n" +
+	"  SELECT 'pg_class'::pg_catalog.text AS cat, pg_catalog.count(*) AS n, pg_catalog.sum(xmin::pg_catalog.text::pg_catalog.int8) AS x FROM pg_catalog.pg_class\n" +
+	"  UNION ALL SELECT 'pg_attribute', pg_catalog.count(*), pg_catalog.sum(xmin::pg_catalog.text::pg_catalog.int8) FROM pg_catalog.pg_attribute\n" +
+	"  UNION ALL SELECT 'pg_attrdef', pg_catalog.count(*), pg_catalog.sum(xmin::pg_catalog.text::pg_catalog.int8) FROM pg_catalog.pg_attrdef\n" +
+	"  UNION ALL SELECT 'pg_constraint', pg_catalog.count(*), pg_catalog.sum(xmin::pg_catalog.text::pg_catalog.int8) FROM pg_catalog.pg_constraint\n" +
+	"  UNION ALL SELECT 'pg_index', pg_catalog.count(*), pg_catalog.sum(xmin::pg_catalog.text::pg_catalog.int8) FROM pg_catalog.pg_index\n" +
+	"  UNION ALL SELECT 'pg_policy', pg_catalog.count(*), pg_catalog.sum(xmin::pg_catalog.text::pg_catalog.int8) FROM pg_catalog.pg_policy\n" +
+	"  UNION ALL SELECT 'pg_rewrite', pg_catalog.count(*), pg_catalog.sum(xmin::pg_catalog.text::pg_catalog.int8) FROM pg_catalog.pg_rewrite\n" +
+	"  UNION ALL SELECT 'pg_trigger', pg_catalog.count(*), pg_catalog.sum(xmin::pg_catalog.text::pg_catalog.int8) FROM pg_catalog.pg_trigger\n" +
+	"  UNION ALL SELECT 'pg_event_trigger', pg_catalog.count(*), pg_catalog.sum(xmin::pg_catalog.text::pg_catalog.int8) FROM pg_catalog.pg_event_trigger\n" +
+	"  UNION ALL SELECT 'pg_type', pg_catalog.count(*), pg_catalog.sum(xmin::pg_catalog.text::pg_catalog.int8) FROM pg_catalog.pg_type\n" +
+	"  UNION ALL SELECT 'pg_operator', pg_catalog.count(*), pg_catalog.sum(xmin::pg_catalog.text::pg_catalog.int8) FROM pg_catalog.pg_operator\n" +
+	"  UNION ALL SELECT 'pg_opclass', pg_catalog.count(*), pg_catalog.sum(xmin::pg_catalog.text::pg_catalog.int8) FROM pg_catalog.pg_opclass\n" +
+	"  UNION ALL SELECT 'pg_amproc', pg_catalog.count(*), pg_catalog.sum(xmin::pg_catalog.text::pg_catalog.int8) FROM pg_catalog.pg_amproc\n" +
+	"  UNION ALL SELECT 'pg_cast', pg_catalog.count(*), pg_catalog.sum(xmin::pg_catalog.text::pg_catalog.int8) FROM pg_catalog.pg_cast\n" +
+	"  UNION ALL SELECT 'pg_range', pg_catalog.count(*), pg_catalog.sum(xmin::pg_catalog.text::pg_catalog.int8) FROM pg_catalog.pg_range\n" +
+	"  UNION ALL SELECT 'pg_inherits', pg_catalog.count(*), pg_catalog.sum(xmin::pg_catalog.text::pg_catalog.int8) FROM pg_catalog.pg_inherits\n" +
+	"  UNION ALL SELECT 'pg_partitioned_table', pg_catalog.count(*), pg_catalog.sum(xmin::pg_catalog.text::pg_catalog.int8) FROM pg_catalog.pg_partitioned_table\n" +
+	"  UNION ALL SELECT 'pg_statistic_ext', pg_catalog.count(*), pg_catalog.sum(xmin::pg_catalog.text::pg_catalog.int8) FROM pg_catalog.pg_statistic_ext\n" +
+	"  UNION ALL SELECT 'pg_proc', pg_catalog.count(*), pg_catalog.sum(xmin::pg_catalog.text::pg_catalog.int8) FROM pg_catalog.pg_proc\n" +
+	")"
 
-// fingerprint is the expression both queries compute.
-const fingerprint = "(SELECT pg_catalog.count(*) || ':' || COALESCE(pg_catalog.sum(xmin::text::int8), 0) FROM pg_catalog.pg_class)\n" +
-	" || ' ' || (SELECT pg_catalog.count(*) || ':' || COALESCE(pg_catalog.sum(xmin::text::int8), 0) FROM pg_catalog.pg_attribute)\n" +
-	" || ' ' || (SELECT pg_catalog.count(*) || ':' || COALESCE(pg_catalog.sum(xmin::text::int8), 0) FROM pg_catalog.pg_attrdef)\n" +
-	" || ' ' || (SELECT pg_catalog.count(*) || ':' || COALESCE(pg_catalog.sum(xmin::text::int8), 0) FROM pg_catalog.pg_constraint)\n" +
-	" || ' ' || (SELECT pg_catalog.count(*) || ':' || COALESCE(pg_catalog.sum(xmin::text::int8), 0) FROM pg_catalog.pg_index)\n" +
-	" || ' ' || (SELECT pg_catalog.count(*) || ':' || COALESCE(pg_catalog.sum(xmin::text::int8), 0) FROM pg_catalog.pg_policy)\n" +
-	" || ' ' || (SELECT pg_catalog.count(*) || ':' || COALESCE(pg_catalog.sum(xmin::text::int8), 0) FROM pg_catalog.pg_rewrite)\n" +
-	" || ' ' || (SELECT pg_catalog.count(*) || ':' || COALESCE(pg_catalog.sum(xmin::text::int8), 0) FROM pg_catalog.pg_trigger)\n" +
-	" || ' ' || (SELECT pg_catalog.count(*) || ':' || COALESCE(pg_catalog.sum(xmin::text::int8), 0) FROM pg_catalog.pg_type)\n" +
-	" || ' ' || (SELECT pg_catalog.count(*) || ':' || COALESCE(pg_catalog.sum(xmin::text::int8), 0) FROM pg_catalog.pg_operator)\n" +
-	" || ' ' || (SELECT pg_catalog.count(*) || ':' || COALESCE(pg_catalog.sum(xmin::text::int8), 0) FROM pg_catalog.pg_cast)\n" +
-	" || ' ' || (SELECT pg_catalog.count(*) || ':' || COALESCE(pg_catalog.sum(xmin::text::int8), 0) FROM pg_catalog.pg_range)\n" +
-	" || ' ' || (SELECT pg_catalog.count(*) || ':' || COALESCE(pg_catalog.sum(xmin::text::int8), 0) FROM pg_catalog.pg_inherits)\n"
+const fingerprintRows = "SELECT 'v'::pg_catalog.text AS row, 'v'::pg_catalog.text AS k, 0::pg_catalog.oid AS id, fp.cat AS name, NULL::pg_catalog.bool AS bad,\n" +
+	"  fp.n::pg_catalog.text AS rk, NULL::pg_catalog.oid AS rid, COALESCE(fp.x, 0)::pg_catalog.text AS fname\n" +
+	"FROM fp"
 
 // prelude runs the read in a transaction of its own with JIT compilation
 // and parallel workers off (the query's estimated cost crosses the
 // default jit_above_cost, and compiling it took longer than running it:
 // 1.4 s against 0.3 s on a thousand tables) and a statement timeout of
 // its own, whatever the connection's last client set. SET LOCAL ends
-// with the transaction, so no client sees any of it.
+// with the transaction, so no client sees any of it. Every operator is
+// written OPERATOR(pg_catalog.…) and every constant typed, so that no
+// operator a user created (a public.>= on (oid, integer)) can stand in.
 const prelude = "BEGIN; SET LOCAL jit = off; SET LOCAL max_parallel_workers_per_gather = 0; SET LOCAL statement_timeout = '10s'; "
 
 // Names is what Build learnt: the relation and type names whose use may run
@@ -252,8 +298,32 @@ type Builder struct {
 	nodes map[key]*node
 	seeds []key // objects found bad by a row of their own or a dependency on a function
 	ops   map[string]struct{}
-	all   bool
-	fp    string
+	// bodies are the user functions in LANGUAGE sql or plpgsql, by OID:
+	// harmless while their body is (sqllex.RoutineBodyHarmless) and
+	// names nothing bad.
+	bodies map[uint32]string
+	shadow map[string]struct{} // user functions' names that built-ins have too
+	events bool                // a user event trigger exists
+	all    bool
+	fp     map[string]string // "v" rows: rows and xmin sum by catalog
+}
+
+// Fingerprint returns the fingerprint of the "v" rows added so far, Query's
+// or FingerprintQuery's: catalog by catalog, in name order.
+func (b *Builder) Fingerprint() string {
+	cats := make([]string, 0, len(b.fp))
+	for c := range b.fp {
+		cats = append(cats, c)
+	}
+	slices.Sort(cats)
+	var s strings.Builder
+	for _, c := range cats {
+		s.WriteString(c)
+		s.WriteByte('=')
+		s.WriteString(b.fp[c])
+		s.WriteByte(' ')
+	}
+	return s.String()
 }
 
 func (b *Builder) node(k key) *node {
@@ -268,11 +338,11 @@ func (b *Builder) node(k key) *node {
 	return n
 }
 
-// badFunc reports whether a function may change the session: every
-// function created after initdb, every built-in outside pg_catalog, and
-// the pg_catalog built-ins the lexer does not call harmless.
-func badFunc(oid uint32, name *string) bool {
-	return oid >= firstUserOID || name == nil || !sqllex.HarmlessBuiltin(*name)
+// badBuiltin reports whether a built-in function may change the session:
+// one outside pg_catalog (name is nil then), or one the lexer does not
+// call harmless.
+func badBuiltin(name *string) bool {
+	return name == nil || !sqllex.HarmlessBuiltin(*name)
 }
 
 // errRow is returned for a DataRow that is not one of Query's.
@@ -311,15 +381,25 @@ func (b *Builder) Add(body []byte) error {
 	}
 	k := key{(*kind)[0], uint32(oid)}
 	switch (*row)[0] {
-	case 'n':
+	case 'n', 'f':
 		if col[3] == nil {
 			return errRow
 		}
 		n := b.node(k)
 		n.name = *col[3]
 		if col[4] != nil && *col[4] == "t" {
-			n.bad = true
 			b.seeds = append(b.seeds, k)
+		} else if (*row)[0] == 'f' {
+			if col[7] == nil {
+				return errRow
+			}
+			if b.bodies == nil {
+				b.bodies = make(map[uint32]string)
+			}
+			b.bodies[k.oid] = *col[7]
+		}
+		if k.kind == 'x' {
+			b.events = true
 		}
 		if k.kind == 'o' {
 			if b.ops == nil {
@@ -327,11 +407,22 @@ func (b *Builder) Add(body []byte) error {
 			}
 			b.ops[n.name] = struct{}{}
 		}
-	case 'v':
+	case 's':
 		if col[3] == nil {
 			return errRow
 		}
-		b.fp = *col[3]
+		if b.shadow == nil {
+			b.shadow = make(map[string]struct{})
+		}
+		b.shadow[*col[3]] = struct{}{}
+	case 'v':
+		if col[3] == nil || col[5] == nil || col[7] == nil {
+			return errRow
+		}
+		if b.fp == nil {
+			b.fp = make(map[string]string)
+		}
+		b.fp[*col[3]] = *col[5] + ":" + *col[7]
 	case 'e', 'g':
 		if col[5] == nil || col[6] == nil || len(*col[5]) != 1 {
 			return errRow
@@ -342,13 +433,15 @@ func (b *Builder) Add(body []byte) error {
 		}
 		r := key{(*col[5])[0], uint32(roid)}
 		switch {
-		case r.kind == 'f':
-			if badFunc(r.oid, col[7]) {
-				if (*row)[0] == 'g' {
-					b.all = true
-				} else {
-					b.seeds = append(b.seeds, k)
-				}
+		case (*row)[0] == 'g':
+			// A user cast between two built-in types: it may run behind
+			// any coercion, unless its function is a harmless built-in.
+			if r.oid >= firstUserOID || badBuiltin(col[7]) {
+				b.all = true
+			}
+		case r.kind == 'f' && r.oid < firstUserOID:
+			if badBuiltin(col[7]) {
+				b.seeds = append(b.seeds, k)
 			}
 		case r.kind == 'o' && r.oid >= firstUserOID:
 			b.seeds = append(b.seeds, k)
@@ -362,22 +455,111 @@ func (b *Builder) Add(body []byte) error {
 	return nil
 }
 
+// impliedOps are the operator names the grammar looks up by name for
+// keywords that show no operator (IN, LIKE, BETWEEN, NULLIF, IS DISTINCT
+// FROM, a simple CASE, USING and NATURAL joins); impliedWords those
+// keywords. A user operator of one of these names makes the keywords
+// mentions of it.
+var (
+	impliedOps = map[string]struct{}{
+		"=": {}, "<>": {}, "<": {}, ">": {}, "<=": {}, ">=": {},
+		"~~": {}, "!~~": {}, "~~*": {}, "!~~*": {}, "~": {}, "!~": {},
+	}
+	impliedWords = []string{"in", "like", "ilike", "similar", "between", "nullif", "distinct", "case", "using", "natural"}
+	// eventWords are the statements besides CREATE, ALTER, DROP and
+	// SELECT INTO that fire an event trigger.
+	eventWords = []string{"comment", "grant", "revoke", "security", "import", "refresh"}
+)
+
 // Build returns the names of every relation and type whose use may run
-// user code, directly or through another (a view over a view with a
-// trigger-free table that has a column of a domain whose CHECK calls a user
-// function), and the user-defined operators' symbols.
+// user code, directly or through another (a view over a view over a table
+// whose trigger inserts into a table with a column of a domain whose CHECK
+// calls set_config), the user-defined operators' symbols, and the names of
+// user functions that built-ins share (a call PostgreSQL may resolve to
+// either).
 func (b *Builder) Build() *Names {
-	n := &Names{idents: make(map[string]struct{}), all: b.all, fp: b.fp}
+	n := &Names{idents: make(map[string]struct{}), all: b.all, fp: b.Fingerprint()}
+	if b.events {
+		// An event trigger runs on DDL. CREATE, ALTER, DROP and SELECT
+		// INTO are opaque already; these statements fire it too.
+		for _, w := range eventWords {
+			n.idents[w] = struct{}{}
+		}
+	}
+	for oid, body := range b.bodies {
+		if !sqllex.RoutineBodyHarmless(body) {
+			b.seeds = append(b.seeds, key{'f', oid})
+		}
+	}
+	// A user function without a row of its own (not in a language the
+	// bodies are read in) is bad.
+	for k, nd := range b.nodes {
+		if _, read := b.bodies[k.oid]; k.kind == 'f' && k.oid >= firstUserOID && !read && !nd.bad {
+			b.seeds = append(b.seeds, k)
+		}
+	}
+	for op := range b.ops {
+		n.ops = append(n.ops, op)
+		if _, ok := impliedOps[op]; ok {
+			for _, w := range impliedWords {
+				n.idents[w] = struct{}{}
+			}
+		}
+	}
+	for name := range b.shadow {
+		n.idents[name] = struct{}{}
+	}
+	for {
+		b.spread(n)
+		// A body naming something bad runs it: bad too, and everything
+		// that uses it. Each round can only add.
+		more := false
+		for oid, body := range b.bodies {
+			k := key{'f', oid}
+			if b.node(k).bad || !sqllex.MentionsAny(body, n.idents, n.ops) {
+				continue
+			}
+			b.seeds = append(b.seeds, k)
+			more = true
+		}
+		if !more {
+			return n
+		}
+	}
+}
+
+// clip returns name as the lexer reads a client's spelling of it: at most
+// 63 bytes of UTF-8, cut before a character that does not fit. The server
+// cuts names at 63 bytes of its own encoding: in a LATIN1 database a name
+// of 44 accented letters is whole (44 bytes) while its UTF-8 spelling
+// takes 88, and in SQL_ASCII a cut may split a character.
+func clip(name string) string {
+	if len(name) > 63 {
+		name = name[:63]
+	}
+	for len(name) > 0 && !utf8.ValidString(name) {
+		name = name[:len(name)-1]
+	}
+	return name
+}
+
+// spread marks bad every object that reaches a seed, and names the
+// relations and types among them in n.
+func (b *Builder) spread(n *Names) {
 	queue := b.seeds
+	b.seeds = nil
 	for len(queue) > 0 {
 		k := queue[len(queue)-1]
 		queue = queue[:len(queue)-1]
 		nd := b.node(k)
 		nd.bad = true
-		if nd.name != "" && k.kind != 'o' && k.oid >= firstUserOID {
+		if nd.name != "" && (k.kind == 'r' || k.kind == 't') && k.oid >= firstUserOID {
 			// A built-in's own name (pg_settings) the lexer reads itself;
 			// it is followed only to the user objects that use it.
 			n.idents[nd.name] = struct{}{}
+			if c := clip(nd.name); c != nd.name {
+				n.idents[c] = struct{}{}
+			}
 		}
 		for _, u := range nd.users {
 			if un := b.node(u); !un.bad {
@@ -387,8 +569,4 @@ func (b *Builder) Build() *Names {
 		}
 		nd.users = nil
 	}
-	for op := range b.ops {
-		n.ops = append(n.ops, op)
-	}
-	return n
 }

@@ -16,11 +16,20 @@ import (
 // object of every kind that makes the server run a user function behind
 // a name.
 var setup = []string{
-	"CREATE FUNCTION f() RETURNS int LANGUAGE sql AS 'SELECT 1'",
-	"CREATE FUNCTION fb(int) RETURNS boolean LANGUAGE sql AS 'SELECT true'",
-	"CREATE FUNCTION ftrg() RETURNS trigger LANGUAGE plpgsql AS 'BEGIN RETURN NEW; END'",
-	"CREATE FUNCTION fimm(int) RETURNS int LANGUAGE sql IMMUTABLE AS 'SELECT $1'",
-	"CREATE FUNCTION fop(int, int) RETURNS int LANGUAGE sql AS 'SELECT $1 + $2'",
+	// Functions that change the session (set_config), and harmless ones.
+	"CREATE FUNCTION f() RETURNS int LANGUAGE sql AS $$SELECT length(set_config('x.y', 'z', false))$$",
+	"CREATE FUNCTION fb(int) RETURNS boolean LANGUAGE sql AS $$SELECT set_config('x.y', 'z', false) IS NOT NULL$$",
+	"CREATE FUNCTION ftrg() RETURNS trigger LANGUAGE plpgsql AS $$BEGIN PERFORM set_config('x.y', 'z', false); RETURN NEW; END$$",
+	"CREATE FUNCTION fimm(int) RETURNS int LANGUAGE sql IMMUTABLE AS $$SELECT $1 + length(set_config('x.y', 'z', false))$$",
+	"CREATE FUNCTION fop(int, int) RETURNS int LANGUAGE sql AS $$SELECT $1 + $2 + length(set_config('x.y', 'z', false))$$",
+	"CREATE FUNCTION hf() RETURNS int LANGUAGE sql AS 'SELECT 42'",
+	"CREATE FUNCTION touch() RETURNS trigger LANGUAGE plpgsql AS $$BEGIN NEW.b := now()::text; RETURN NEW; END$$",
+	"CREATE FUNCTION audit() RETURNS trigger LANGUAGE plpgsql AS $$DECLARE n int; BEGIN IF TG_OP = 'UPDATE' THEN UPDATE plain_log SET op = TG_OP WHERE false; END IF; INSERT INTO plain_log VALUES (TG_OP) ON CONFLICT DO NOTHING; RETURN NEW; END$$",
+	"CREATE FUNCTION chain() RETURNS trigger LANGUAGE plpgsql AS $$BEGIN INSERT INTO t_trig VALUES (1); RETURN NEW; END$$",
+	"CREATE FUNCTION ifset() RETURNS trigger LANGUAGE plpgsql AS $$BEGIN IF true THEN SET search_path = evil; END IF; RETURN NEW; END$$",
+	"CREATE FUNCTION dyn() RETURNS trigger LANGUAGE plpgsql AS $$BEGIN EXECUTE 'SELECT 1'; RETURN NEW; END$$",
+	"CREATE FUNCTION calls_f() RETURNS trigger LANGUAGE plpgsql AS $$BEGIN PERFORM hf(); RETURN NEW; END$$",
+	"CREATE FUNCTION public.lower(int) RETURNS int LANGUAGE sql AS 'SELECT $1'",
 
 	// Harmless: built-ins only.
 	"CREATE TABLE plain (a int PRIMARY KEY, b text DEFAULT 'x', c serial, d timestamptz DEFAULT now() CHECK (d > '2000-01-01'), e text GENERATED ALWAYS AS (lower(b)) STORED)",
@@ -38,6 +47,12 @@ var setup = []string{
 	"CREATE POLICY p ON plain_rls USING (owner = current_user)",
 	"CREATE TABLE plain_parent (a int PRIMARY KEY)",
 	"CREATE TABLE plain_child (a int REFERENCES plain_parent ON DELETE CASCADE)",
+	"CREATE TABLE plain_hdef (a int DEFAULT hf())",
+	"CREATE TABLE plain_touch (a int, b text)",
+	"CREATE TRIGGER t BEFORE INSERT OR UPDATE ON plain_touch FOR EACH ROW EXECUTE FUNCTION touch()",
+	"CREATE TABLE plain_log (op text UNIQUE)",
+	"CREATE TABLE plain_audited (a int)",
+	"CREATE TRIGGER t AFTER INSERT OR UPDATE ON plain_audited FOR EACH ROW EXECUTE FUNCTION audit()",
 
 	// Code behind names.
 	"CREATE TABLE t_trig (a int)",
@@ -73,12 +88,23 @@ var setup = []string{
 	"CREATE TABLE part_1 PARTITION OF part FOR VALUES FROM (0) TO (10)",
 	"CREATE TRIGGER t BEFORE INSERT ON part_1 FOR EACH ROW EXECUTE FUNCTION ftrg()",
 	"CREATE TYPE castme AS (a int)",
-	"CREATE FUNCTION fcast(int) RETURNS castme LANGUAGE sql AS 'SELECT ROW($1)::castme'",
+	"CREATE FUNCTION fcast(int) RETURNS castme LANGUAGE sql AS $$SELECT ROW($1 + length(set_config('x.y', 'z', false)))::castme$$",
 	"CREATE CAST (int AS castme) WITH FUNCTION fcast(int) AS ASSIGNMENT",
-	"CREATE FUNCTION fdiff(float8, float8) RETURNS float8 LANGUAGE sql IMMUTABLE AS 'SELECT $1 - $2'",
+	"CREATE FUNCTION fdiff(float8, float8) RETURNS float8 LANGUAGE sql IMMUTABLE AS $$SELECT $1 - $2 + length(set_config('x.y', 'z', false))$$",
 	"CREATE TYPE frange AS RANGE (subtype = float8, subtype_diff = fdiff)",
 	"CREATE TABLE t_range (r frange)",
 	"CREATE OPERATOR ### (LEFTARG = int, RIGHTARG = int, FUNCTION = fop)",
+	"CREATE TABLE t_chain (a int)",
+	"CREATE TRIGGER t BEFORE INSERT ON t_chain FOR EACH ROW EXECUTE FUNCTION chain()",
+	"CREATE TABLE t_ifset (a int)",
+	"CREATE TRIGGER t BEFORE INSERT ON t_ifset FOR EACH ROW EXECUTE FUNCTION ifset()",
+	"CREATE TABLE t_dyn (a int)",
+	"CREATE TRIGGER t BEFORE INSERT ON t_dyn FOR EACH ROW EXECUTE FUNCTION dyn()",
+	"CREATE TABLE t_calls (a int)",
+	"CREATE TRIGGER t BEFORE INSERT ON t_calls FOR EACH ROW EXECUTE FUNCTION calls_f()",
+	"CREATE DOMAIN d_def AS int DEFAULT f()",
+	"CREATE TABLE t_domdef (a int, v d_def)",
+	"CREATE TABLE t_partkey (a int) PARTITION BY RANGE (fimm(a))",
 }
 
 // hidden are the names whose use runs a user function; plain those that
@@ -88,10 +114,13 @@ var (
 		"t_trig", "t_rule", "t_def", "t_chk", "t_gen", "t_idx", "t_rls", "v", "v_over_v", "v_over_trig",
 		"v_setting", "v_set_config", "mv", "d_user", "_d_user", "t_dom", "t_dom_arr", "wrap", "t_wrap",
 		"fk_parent", "fk_child", "fk_restrict_child", "part", "part_1", "castme", "frange", "t_range",
+		"t_chain", "t_ifset", "t_dyn", "t_calls", "d_def", "t_domdef", "t_partkey",
+		"fk_restrict_parent", // TRUNCATE … CASCADE reaches the child's triggers
 	}
 	plain = []string{
 		"plain", "plain_v", "plain_vv", "mood", "plain_enum", "pair", "plain_pair", "posint", "plain_dom",
-		"plain_rls", "plain_parent", "plain_child", "fk_restrict_parent", "pg_class", "pg_stat_activity",
+		"plain_rls", "plain_parent", "plain_child", "pg_class", "pg_stat_activity",
+		"plain_hdef", "plain_touch", "plain_log", "plain_audited",
 		"pg_settings", // its rules are the lexer's to read (UPDATE pg_settings)
 	}
 )
@@ -127,12 +156,14 @@ func TestBuildFromPostgres(t *testing.T) {
 			t.Errorf("%s: found to run user code, though it runs built-ins only", name)
 		}
 	}
-	for _, q := range []string{"SELECT 1 ### 2", "SELECT 1 OPERATOR(public.###) 2", `SELECT * FROM "t_trig"`, "SELECT * FROM public.T_TRIG", "SELECT 1::castme"} {
+	for _, q := range []string{"SELECT 1 ### 2", "SELECT 1 OPERATOR(public.###) 2", `SELECT * FROM "t_trig"`, "SELECT * FROM public.T_TRIG", "SELECT 1::castme",
+		"SELECT lower(1)", // public.lower(int) shadows no built-in of that signature: PostgreSQL picks it
+	} {
 		if !n.Mentions(q) {
 			t.Errorf("%q: not found to run user code", q)
 		}
 	}
-	for _, q := range []string{"SELECT 'v'", "SELECT 1 -- t_trig", "SELECT 1 + 2", `SELECT * FROM "T_TRIG"`} {
+	for _, q := range []string{"SELECT 'v'", "SELECT 1 -- t_trig", "SELECT 1 + 2", `SELECT * FROM "T_TRIG"`, "SELECT upper('a')"} {
 		if n.Mentions(q) {
 			t.Errorf("%q: found to run user code", q)
 		}
@@ -178,13 +209,15 @@ func fingerprint(ctx context.Context, t *testing.T, conn *pgconn.PgConn) string 
 	if err != nil {
 		t.Fatalf("FingerprintQuery: %v", err)
 	}
+	var b hiddencode.Builder
 	for _, rr := range res {
-		if len(rr.Rows) == 1 {
-			return string(rr.Rows[0][0])
+		for _, r := range rr.Rows {
+			if err := b.Add(dataRow(r)); err != nil {
+				t.Fatalf("Add: %v", err)
+			}
 		}
 	}
-	t.Fatal("FingerprintQuery returned no row")
-	return ""
+	return b.Fingerprint()
 }
 
 // TestFingerprint: the fingerprint Query carries is FingerprintQuery's,
@@ -206,6 +239,7 @@ func TestFingerprint(t *testing.T) {
 	}
 	exec("CREATE TABLE fp (a int, b text)")
 	exec("CREATE FUNCTION fpf() RETURNS trigger LANGUAGE plpgsql AS 'BEGIN RETURN NEW; END'")
+	exec("CREATE FUNCTION fpg() RETURNS event_trigger LANGUAGE plpgsql AS 'BEGIN END'")
 	n := build(ctx, t, conn)
 	if n.Fingerprint() == "" || n.Fingerprint() != fingerprint(ctx, t, conn) {
 		t.Fatalf("Query's fingerprint %q, FingerprintQuery's %q", n.Fingerprint(), fingerprint(ctx, t, conn))
@@ -230,6 +264,8 @@ func TestFingerprint(t *testing.T) {
 		"CREATE TABLE fp2 (b text)",
 		"ALTER TABLE fp2 ALTER COLUMN b TYPE fpd",
 		"CREATE TABLE fpc () INHERITS (fp)",
+		"CREATE OR REPLACE FUNCTION fpf() RETURNS trigger LANGUAGE plpgsql AS 'BEGIN PERFORM 1; RETURN NEW; END'",
+		"CREATE EVENT TRIGGER fpe ON ddl_command_end EXECUTE FUNCTION fpg()",
 	} {
 		exec(ddl)
 		got := fingerprint(ctx, t, conn)

@@ -95,10 +95,18 @@ func Block(open bool, f sqllex.Flags) (after, ends bool) {
 // boolean per sqllex.Held kind in bit order; ProbeQuery adds whether the
 // identity moved away from the login role. Operators are qualified, so a
 // client's objects cannot stand in for them.
+//
+// Temporary objects are found through pg_depend, where every object
+// created in a schema (a table, view, sequence, function, type, domain,
+// operator...) records its dependency on it, by the index on the referenced
+// object; an index or TOAST table of a temporary table depends on the
+// table. Scanning pg_class, pg_proc and pg_type for the schema instead took
+// most of the probe's time (they have no index on it). A session with no
+// temporary schema at all skips the look.
 const probeSQL = "SELECT" +
-	" EXISTS (SELECT 1 FROM pg_catalog.pg_class WHERE relnamespace OPERATOR(pg_catalog.=) pg_catalog.pg_my_temp_schema())" +
-	" OR EXISTS (SELECT 1 FROM pg_catalog.pg_proc WHERE pronamespace OPERATOR(pg_catalog.=) pg_catalog.pg_my_temp_schema())" +
-	" OR EXISTS (SELECT 1 FROM pg_catalog.pg_type WHERE typnamespace OPERATOR(pg_catalog.=) pg_catalog.pg_my_temp_schema()), " +
+	" pg_catalog.pg_my_temp_schema() OPERATOR(pg_catalog.<>) 0 AND EXISTS (SELECT 1 FROM pg_catalog.pg_depend" +
+	" WHERE refclassid OPERATOR(pg_catalog.=) 'pg_catalog.pg_namespace'::pg_catalog.regclass" +
+	" AND refobjid OPERATOR(pg_catalog.=) pg_catalog.pg_my_temp_schema()), " +
 	" EXISTS (SELECT 1 FROM pg_catalog.pg_listening_channels()), " +
 	" EXISTS (SELECT 1 FROM pg_catalog.pg_locks WHERE locktype OPERATOR(pg_catalog.=) 'advisory'" +
 	" AND pid OPERATOR(pg_catalog.=) pg_catalog.pg_backend_pid()), " +
