@@ -280,3 +280,25 @@ func TestCatalogReadFails(t *testing.T) {
 		t.Fatalf("texts read while the catalog is unknown counted %v as catalog_unknown, want 2", unknown)
 	}
 }
+
+// TestCatalogUnknownBegin: while the catalog is unknown (right after DDL)
+// every text counts as hidden code, but a lone BEGIN runs no query and is
+// not: no parameter read-back follows it inside the block, so SET
+// TRANSACTION ISOLATION LEVEL still comes before any query.
+func TestCatalogUnknownBegin(t *testing.T) {
+	ctx := testCtx(t, 2*time.Minute)
+	h, reg := catalogHarness(t, 1, time.Hour)
+	catalogSetup(ctx, t, h)
+	a := pgConnect(ctx, t, h)
+	pgExec(ctx, t, a, "CREATE TABLE public.cat_begin (a int)")
+	t.Cleanup(func() { _ = h.cluster.Exec(context.Background(), "DROP TABLE IF EXISTS public.cat_begin") })
+	reads := func() float64 { return metricValue(t, reg, catalogReads, "") }
+	r0 := reads()
+	pgExec(ctx, t, a, "BEGIN")
+	if reads() == r0 {
+		t.Fatal("BEGIN was not read while the catalog was unknown (no read followed it): the test tests nothing")
+	}
+	pgExec(ctx, t, a, "SET TRANSACTION ISOLATION LEVEL SERIALIZABLE")
+	pgExec(ctx, t, a, "INSERT INTO cat_begin VALUES (1)")
+	pgExec(ctx, t, a, "COMMIT")
+}

@@ -47,6 +47,15 @@ const identityResetSQL = "RESET SESSION AUTHORIZATION; RESET ROLE; " +
 	"RESET default_transaction_isolation; RESET default_transaction_read_only; " +
 	"RESET default_transaction_deferrable"
 
+// noQueryFlags are the flags of statements that run no query, and so no
+// code behind a name (catalog.go): a text of one of them alone is never
+// read as hidden code. Reading it so would have the parameters read back
+// right behind it, and a BEGIN followed by that query has its snapshot
+// taken, and SET TRANSACTION ISOLATION LEVEL refused, before the client's
+// first statement.
+const noQueryFlags = sqllex.Begin | sqllex.SetTransaction | sqllex.SetParam | sqllex.SetParamLocal |
+	sqllex.ResetParam | sqllex.Savepoint | sqllex.Release
+
 // sqlInfo is what transaction mode needs to know of a statement text.
 type sqlInfo struct {
 	identity bool // changes the identity beyond the transaction
@@ -61,6 +70,7 @@ type sqlInfo struct {
 	copy      bool     // a COPY, which may leave the server waiting for the client's data
 	schema    bool     // CREATE, ALTER, DROP or COMMIT PREPARED: statements prepared before may have changed shape
 	load      bool     // LOAD: a library stays in the server process for good
+	noQuery   bool     // one statement that runs no query (BEGIN, SET, SAVEPOINT…): no code behind names to reach
 
 	pins pinning.Info // unmovable session state (pin.go)
 
@@ -82,12 +92,14 @@ func inspectSQL(sql []byte) sqlInfo {
 		return sqlInfo{}
 	}
 	text := unsafe.String(&sql[0], len(sql)) // sql is not modified while text is in use
-	sum := sqllex.Classify(text).Flags
+	cl := sqllex.Classify(text)
+	sum := cl.Flags
 	// COMMIT PREPARED may commit DDL prepared earlier, and a DO block
 	// (a migration's, most often) may run DDL: the catalog may change as
 	// after DDL (catalog.go).
 	info := sqlInfo{pins: pinning.Read(text, sum), copy: sum&sqllex.Copy != 0,
-		schema: sum&(sqllex.SchemaChange|sqllex.CommitPrepared|sqllex.DoBlock) != 0, load: sum&sqllex.Load != 0}
+		schema: sum&(sqllex.SchemaChange|sqllex.CommitPrepared|sqllex.DoBlock) != 0, load: sum&sqllex.Load != 0,
+		noQuery: cl.Statements == 1 && sum != 0 && sum&^noQueryFlags == 0}
 	if sum == 0 {
 		info.pipe, info.fp = true, sqllex.Fingerprint(text)
 	}
