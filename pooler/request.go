@@ -274,7 +274,11 @@ func (s *session) connect(ctx context.Context, b pipeBatch) (*backend.Conn, *lan
 		if err != nil {
 			return nil, nil, "", err
 		}
-		if (rd == nil || !rd.Joined()) && s.p.cfg.Mode == ModeTransaction && !s.p.learnOn(ctx, conn) {
+		if rd == nil && s.p.cfg.Mode == ModeTransaction && !s.p.learnOn(ctx, conn) {
+			// Never on a lane's connection: reading the catalog there cost
+			// a pipelined client its server connection (08006) in
+			// TestPgbench -M prepared; pipelineCheckLocked keeps a request
+			// off the lanes while a read is due.
 			// Reading the catalog (catalog.go) broke the connection.
 			s.releaseConn(conn, rd, true)
 			continue
