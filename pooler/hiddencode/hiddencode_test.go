@@ -187,27 +187,22 @@ func TestBuildFromPostgres(t *testing.T) {
 // build runs Query on conn and builds its Names.
 func build(ctx context.Context, t *testing.T, conn *pgconn.PgConn) *hiddencode.Names {
 	t.Helper()
-	res, err := conn.Exec(ctx, hiddencode.Query).ReadAll()
-	if err != nil {
-		t.Fatalf("Query: %v", err)
-	}
-	var b hiddencode.Builder
-	for _, rr := range res {
-		for _, r := range rr.Rows {
-			if err := b.Add(dataRow(r)); err != nil {
-				t.Fatalf("Add: %v", err)
-			}
-		}
-	}
-	return b.Build()
+	return rows(ctx, t, conn, hiddencode.Query).Build()
 }
 
 // fingerprint runs FingerprintQuery on conn.
 func fingerprint(ctx context.Context, t *testing.T, conn *pgconn.PgConn) string {
 	t.Helper()
-	res, err := conn.Exec(ctx, hiddencode.FingerprintQuery).ReadAll()
+	return rows(ctx, t, conn, hiddencode.FingerprintQuery).Fingerprint()
+}
+
+// rows runs q, one of the package's queries, on conn and adds every row
+// of its result to a Builder.
+func rows(ctx context.Context, t *testing.T, conn *pgconn.PgConn, q string) *hiddencode.Builder {
+	t.Helper()
+	res, err := conn.Exec(ctx, q).ReadAll()
 	if err != nil {
-		t.Fatalf("FingerprintQuery: %v", err)
+		t.Fatalf("query: %v", err)
 	}
 	var b hiddencode.Builder
 	for _, rr := range res {
@@ -217,7 +212,7 @@ func fingerprint(ctx context.Context, t *testing.T, conn *pgconn.PgConn) string 
 			}
 		}
 	}
-	return b.Fingerprint()
+	return &b
 }
 
 // TestFingerprint: the fingerprint Query carries is FingerprintQuery's,
