@@ -13,6 +13,7 @@ import (
 	"testing"
 
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/pgquic/pgquic/internal/rawsock"
 )
@@ -149,9 +150,16 @@ func BenchmarkQuery(b *testing.B) {
 // runs count too, hence an average below one rather than exactly zero.
 func TestQueryAllocs(t *testing.T) {
 	ctx := context.Background()
-	h := newHarness(t, harnessOpts{cluster: sharedCluster(t), poolSize: 2, minPool: 2})
+	reg := prometheus.NewRegistry()
+	h := newHarness(t, harnessOpts{cluster: sharedCluster(t), poolSize: 2, minPool: 2, reg: reg})
 	c := newRawClient(ctx, t, h)
+	reads := func() float64 { return metricValue(t, reg, catalogReads, "") }
+	r0 := reads()
 	c.createAccounts(t)
+	// The DDL left the catalog unknown, which makes every text opaque
+	// until the background read it started has ended.
+	c.roundTrip(t, appendMsg(nil, 'Q', []byte("SELECT 1"), []byte{0}))
+	waitState(t, "the catalog read again after createAccounts' DDL", func() bool { return reads() > r0 })
 	for name, req := range map[string][]byte{
 		"simple":   appendMsg(nil, 'Q', []byte("SELECT 1"), []byte{0}),
 		"extended": pgbenchSelect(),

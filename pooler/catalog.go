@@ -35,11 +35,14 @@ import (
 // at the next read, at most Config.CatalogRefresh later: until then a
 // text naming the object it changed is read by the older catalog.
 
-// The catalog is read on a server connection a session has just borrowed,
-// before the session's own request: at a pool's first login (startup.go),
-// and by the first request after a read fell due (connect). That request
-// waits for the read, a few milliseconds every CatalogRefresh; no other
-// does.
+// The catalog is read in the background, on a server connection borrowed
+// for the read alone (refreshCatalog): no client's request waits for it, so
+// a request's start never moves behind another client's (pg_stat_activity
+// shows it running when its client expects). While a read is due or
+// running, requests are read by the catalog known so far, or as opaque
+// when none is. Only a pool's first login, when nothing is known yet,
+// reads it on the connection it borrowed before the greeting (startup.go),
+// so the first requests are not all opaque.
 
 // catalogTimeout bounds one read of the catalog.
 const catalogTimeout = 10 * time.Second
@@ -119,6 +122,23 @@ func (w *catalogWatch) change(ddl int) {
 	w.mu.Unlock()
 }
 
+// retryAfter puts the next read off by d after one that could not start,
+// unless the catalog may have changed since epoch (it is due again then).
+func (w *catalogWatch) retryAfter(d time.Duration, epoch uint64) {
+	w.mu.Lock()
+	if w.epoch == epoch {
+		w.next.Store(time.Now().Add(d).UnixNano())
+	}
+	w.mu.Unlock()
+}
+
+// epochNow returns the count of invalidations so far (retryAfter).
+func (w *catalogWatch) epochNow() uint64 {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.epoch
+}
+
 // due reports whether the catalog should be read (again) now.
 func (w *catalogWatch) due(now time.Time) bool { return now.UnixNano() >= w.next.Load() }
 
@@ -180,13 +200,15 @@ func (w *catalogWatch) learn(ctx context.Context, conn *backend.Conn, every time
 }
 
 // learnOn reads the catalog on conn, a server connection the caller has
-// just borrowed for itself, when a read is due and no other is running.
-// It reports false when conn is no longer usable (the caller destroys it
-// and borrows another); a failed read otherwise only leaves the catalog
-// unknown, which fails closed.
+// just borrowed for itself, when nothing is known of it and no other read
+// is running; otherwise it starts a background read when one is due. It
+// reports false when conn is no longer usable (the caller destroys it); a
+// failed read otherwise only leaves the catalog unknown, which fails
+// closed.
 func (p *Pooler) learnOn(ctx context.Context, conn *backend.Conn) bool {
 	w := p.catalogOf(conn.Pool())
-	if !w.due(time.Now()) {
+	if w.current() != nil || !w.due(time.Now()) {
+		p.refreshCatalog(conn.Pool())
 		return true
 	}
 	select {
@@ -195,6 +217,55 @@ func (p *Pooler) learnOn(ctx context.Context, conn *backend.Conn) bool {
 		return true // another session is reading it
 	}
 	defer func() { <-w.busy }()
+	return p.readCatalog(ctx, w, conn)
+}
+
+// refreshCatalog starts a read of pool's catalog when one is due and none
+// is running. The read borrows a server connection of its own, waiting for
+// one like any client; it gives up after catalogTimeout, and the catalog
+// is read again CatalogRefresh later.
+func (p *Pooler) refreshCatalog(pool *backend.Pool) {
+	w := p.catalogOf(pool)
+	if !w.due(time.Now()) {
+		return
+	}
+	select {
+	case w.busy <- struct{}{}:
+	default:
+		return // a read is running
+	}
+	if !p.bg.add() {
+		<-w.busy // shutting down
+		return
+	}
+	go func() {
+		defer p.bg.done()
+		defer func() { <-w.busy }()
+		epoch := w.epochNow()
+		ctx, cancel := context.WithTimeout(p.bg.ctx, catalogTimeout)
+		defer cancel()
+		conn, err := pool.Acquire(ctx)
+		if err != nil {
+			w.retryAfter(p.cfg.CatalogRefresh, epoch)
+			if !pool.Closing() && p.bg.ctx.Err() == nil {
+				p.m.catalogReads.WithLabelValues("failed").Inc()
+				p.log.Warn("no server connection to read the catalog for code behind names on; read again later",
+					"database", pool.Database(), "err", err)
+			}
+			return
+		}
+		if p.readCatalog(ctx, w, conn) {
+			conn.Release()
+		} else {
+			conn.Destroy()
+		}
+	}()
+}
+
+// readCatalog reads w's catalog on conn, which the caller holds, as does
+// it w.busy, and counts the outcome. It reports false when conn is no
+// longer usable.
+func (p *Pooler) readCatalog(ctx context.Context, w *catalogWatch, conn *backend.Conn) bool {
 	res, err := w.learn(ctx, conn, p.cfg.CatalogRefresh)
 	switch res {
 	case readSkipped:

@@ -295,10 +295,62 @@ func TestCatalogUnknownBegin(t *testing.T) {
 	reads := func() float64 { return metricValue(t, reg, catalogReads, "") }
 	r0 := reads()
 	pgExec(ctx, t, a, "BEGIN")
-	if reads() == r0 {
-		t.Fatal("BEGIN was not read while the catalog was unknown (no read followed it): the test tests nothing")
-	}
+	// BEGIN's request starts the read the DDL made due, in the background.
+	waitState(t, "a read of the catalog after BEGIN (without one, BEGIN was not read while the catalog was unknown: the test tests nothing)",
+		func() bool { return reads() > r0 })
 	pgExec(ctx, t, a, "SET TRANSACTION ISOLATION LEVEL SERIALIZABLE")
 	pgExec(ctx, t, a, "INSERT INTO cat_begin VALUES (1)")
 	pgExec(ctx, t, a, "COMMIT")
+}
+
+// TestCatalogReadNeverDelaysRequests: a read of the catalog runs on a
+// server connection of its own, so no client's request waits for it. The
+// test holds a lock the read needs (pg_trigger) until a client's request
+// has been answered: had the request waited for the read, it could only
+// end when the read gave up (catalogTimeout, 10 s), after this test's
+// 5-second bound. Node-postgres' suite saw the wait as a request that
+// started after another client's, sent later.
+func TestCatalogReadNeverDelaysRequests(t *testing.T) {
+	ctx := testCtx(t, 2*time.Minute)
+	h, reg := catalogHarness(t, 2, 50*time.Millisecond)
+	catalogSetup(ctx, t, h)
+	a := pgConnect(ctx, t, h)
+	pgExec(ctx, t, a, "SELECT * FROM cat_plain")
+
+	locker, err := pgconn.Connect(ctx, h.cluster.SuperURL("postgres"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer locker.Close(context.Background())
+	pgExec(ctx, t, locker, "BEGIN")
+	pgExec(ctx, t, locker, "LOCK TABLE pg_catalog.pg_trigger IN ACCESS EXCLUSIVE MODE")
+	reads0 := metricValue(t, reg, catalogReads, "")
+
+	// Requests go on while the read, once due, waits for the lock.
+	blocked := func() bool {
+		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		if _, err := a.Exec(rctx, "SELECT * FROM cat_plain").ReadAll(); err != nil {
+			t.Fatalf("a request while the catalog's read waits for a lock: %v", err)
+		}
+		// The read's server connection waits for the lock in the read or,
+		// when the pool dials it, already while it logs in.
+		res, err := locker.Exec(ctx, "SELECT count(*) FROM pg_catalog.pg_stat_activity"+
+			" WHERE wait_event_type = 'Lock' AND backend_type = 'client backend'").ReadAll()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(res[0].Rows[0][0]) == "1"
+	}
+	waitState(t, "a read of the catalog waiting for pg_trigger's lock", blocked)
+	for range 3 {
+		if !blocked() {
+			t.Fatal("the catalog's read stopped waiting for the lock the test holds")
+		}
+	}
+	if got := metricValue(t, reg, catalogReads, ""); got != reads0 {
+		t.Fatalf("catalog reads went from %v to %v while one waited for the lock", reads0, got)
+	}
+	pgExec(ctx, t, locker, "COMMIT")
+	waitState(t, "the blocked read to end", func() bool { return metricValue(t, reg, catalogReads, "") > reads0 })
 }

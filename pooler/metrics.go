@@ -87,7 +87,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}),
 		catalogReads: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "pgquic", Subsystem: "pooler", Name: "catalog_reads_total",
-			Help: "Reads of a database's catalog for the relations, types and operators whose use runs code the query text does not show, by result: ok (read in full), unchanged (its fingerprint showed no change since the last read), failed, or discarded (DDL came meanwhile).",
+			Help: "Reads of a database's catalog for the relations, types and operators whose use runs code the query text does not show, by result: ok (read in full), unchanged (its fingerprint showed no change since the last read), failed (also: no server connection free for the read within 10 s), or discarded (DDL came meanwhile).",
 		}, []string{"result"}),
 		hidden: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "pgquic", Subsystem: "pooler", Name: "hidden_code_requests_total",

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
-	"time"
 	"unsafe"
 
 	"github.com/pgquic/pgquic/backend"
@@ -101,11 +100,6 @@ func (s *session) pipelineCheckLocked(typ byte, body []byte) pipeBatch {
 		// read for one. Should the pool fill meanwhile, the request waits
 		// for a connection of its own, as one that may not share does.
 		// The handler reads its text as any other's.
-		return pipeBatch{}
-	}
-	if s.p.catalogOf(s.pool).due(time.Now()) {
-		// The catalog is read on a connection borrowed for one client
-		// alone (connect, catalog.go), never on one that leads a lane.
 		return pipeBatch{}
 	}
 	rest := s.cr.Peek()

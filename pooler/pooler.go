@@ -38,6 +38,7 @@ type Pooler struct {
 	// catalogs holds the catalog watch of each database (catalog.go), by
 	// backend.Pool.Server.
 	catalogs sync.Map
+	bg       background // reads of the catalog (catalog.go), stopped by Shutdown
 	m        *metrics
 
 	mu        sync.Mutex
@@ -101,6 +102,7 @@ func New(cfg Config, pools PoolSource, logger *slog.Logger, reg prometheus.Regis
 		sessions: make(map[uint32]*session),
 	}
 	p.epoch.Store(1) // a session's stuck mark of 0 means "not waiting"
+	p.bg.ctx, p.bg.cancel = context.WithCancel(context.Background())
 	_ = p.SetTimeouts(Timeouts{Acquire: cfg.AcquireTimeout, IdleTransaction: cfg.IdleTransactionTimeout,
 		ClientIdle: cfg.ClientIdleTimeout, Query: cfg.QueryTimeout}) // validated above
 	if reg != nil {
@@ -171,6 +173,7 @@ func (p *Pooler) Shutdown(ctx context.Context) error {
 	go func() { p.wg.Wait(); close(done) }()
 	select {
 	case <-done:
+		p.bg.stop()
 		return nil
 	case <-ctx.Done():
 		p.mu.Lock()
@@ -179,9 +182,42 @@ func (p *Pooler) Shutdown(ctx context.Context) error {
 		}
 		p.mu.Unlock()
 		<-done
+		p.bg.stop()
 		p.cancelWG.Wait() // each bounded by cancelTimeout
 		return ctx.Err()
 	}
+}
+
+// background is work the pooler starts that belongs to no session (reads
+// of the catalog): Shutdown cancels its context and waits for it.
+type background struct {
+	ctx    context.Context
+	cancel context.CancelFunc
+	mu     sync.Mutex
+	closed bool
+	wg     sync.WaitGroup
+}
+
+// add counts one more piece of work about to start; false once stopped.
+func (b *background) add() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		return false
+	}
+	b.wg.Add(1)
+	return true
+}
+
+func (b *background) done() { b.wg.Done() }
+
+// stop cancels the work running and waits for it; none starts after.
+func (b *background) stop() {
+	b.mu.Lock()
+	b.closed = true
+	b.mu.Unlock()
+	b.cancel()
+	b.wg.Wait()
 }
 
 // Sessions reports the number of client sessions currently open, including

@@ -274,14 +274,8 @@ func (s *session) connect(ctx context.Context, b pipeBatch) (*backend.Conn, *lan
 		if err != nil {
 			return nil, nil, "", err
 		}
-		if rd == nil && s.p.cfg.Mode == ModeTransaction && !s.p.learnOn(ctx, conn) {
-			// Never on a lane's connection: reading the catalog there cost
-			// a pipelined client its server connection (08006) in
-			// TestPgbench -M prepared; pipelineCheckLocked keeps a request
-			// off the lanes while a read is due.
-			// Reading the catalog (catalog.go) broke the connection.
-			s.releaseConn(conn, rd, true)
-			continue
+		if s.p.cfg.Mode == ModeTransaction {
+			s.p.refreshCatalog(conn.Pool()) // in the background, never on conn
 		}
 		if rd != nil && rd.Joined() && !s.riderSynced(rd) {
 			// The connection's parameters are not the client's after
