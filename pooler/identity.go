@@ -71,6 +71,7 @@ type sqlInfo struct {
 	schema    bool     // CREATE, ALTER, DROP or COMMIT PREPARED: statements prepared before may have changed shape
 	load      bool     // LOAD: a library stays in the server process for good
 	noQuery   bool     // one statement that runs no query (BEGIN, SET, SAVEPOINT…): no code behind names to reach
+	seqRead   bool     // calls lastval or currval, which answer with the server process's last nextval (sequences.go)
 
 	pins pinning.Info // unmovable session state (pin.go)
 
@@ -99,7 +100,7 @@ func inspectSQL(sql []byte) sqlInfo {
 	// after DDL (catalog.go).
 	info := sqlInfo{pins: pinning.Read(text, sum), copy: sum&sqllex.Copy != 0,
 		schema: sum&(sqllex.SchemaChange|sqllex.CommitPrepared|sqllex.DoBlock) != 0, load: sum&sqllex.Load != 0,
-		noQuery: cl.Statements == 1 && sum != 0 && sum&^noQueryFlags == 0}
+		noQuery: cl.Statements == 1 && sum != 0 && sum&^noQueryFlags == 0, seqRead: sum&sqllex.SequenceRead != 0}
 	if sum == 0 {
 		info.pipe, info.fp = true, sqllex.Fingerprint(text)
 	}

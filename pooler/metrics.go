@@ -32,6 +32,9 @@ type metrics struct {
 	hidden        *prometheus.CounterVec
 	hiddenNamed   prometheus.Counter
 	hiddenUnknown prometheus.Counter
+	// sequenceDiscards counts the DISCARD SEQUENCES sent ahead of a
+	// request that may read another client's nextval (sequences.go).
+	sequenceDiscards prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -93,6 +96,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Namespace: "pgquic", Subsystem: "pooler", Name: "hidden_code_requests_total",
 			Help: "Transaction-mode statements treated as running code their text does not show, and so probed afterwards and never pipelined: named (the text names a relation, type or operator carrying such code) or catalog_unknown (the catalog was not known at the time).",
 		}, []string{"reason"}),
+		sequenceDiscards: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "pgquic", Subsystem: "pooler", Name: "sequence_discards_total",
+			Help: "DISCARD SEQUENCES sent ahead of a transaction-mode request that may read sequence state (lastval, currval, or code the pooler cannot see) on a server connection other clients' requests ran on since.",
+		}),
 	}
 	defer func() { // the series of the vectors kept, adopted or not
 		m.hiddenNamed = m.hidden.WithLabelValues("named")
@@ -119,6 +126,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	adopt(reg, &m.pinned, &errs)
 	adopt(reg, &m.catalogReads, &errs)
 	adopt(reg, &m.hidden, &errs)
+	adopt(reg, &m.sequenceDiscards, &errs)
 	m.zeroRTT = newZeroRTTCounter()
 	adopt(reg, &m.zeroRTT, &errs)
 	if err := errors.Join(errs...); err != nil {

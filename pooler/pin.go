@@ -110,6 +110,7 @@ func (s *session) handleFunctionCall(ctx context.Context) error {
 		}, true)
 	}
 	s.mu.Lock()
+	s.pipeSeq = true // the function may call lastval
 	a, err := s.attachLocked(ctx)
 	if err != nil {
 		s.mu.Unlock()

@@ -223,8 +223,8 @@ func (s *session) forward(ctx context.Context, k entryKind) error {
 // The handler of a message that may begin a request sets s.pipeTyp and
 // s.pipeBody first, so the request can be considered for pipelining.
 func (s *session) attachLocked(ctx context.Context) (*attachment, error) {
-	typ, body := s.pipeTyp, s.pipeBody
-	s.pipeTyp, s.pipeBody = 0, nil
+	typ, body, seq := s.pipeTyp, s.pipeBody, s.pipeSeq
+	s.pipeTyp, s.pipeBody, s.pipeSeq = 0, nil, false
 	if a := s.currentLocked(); a != nil {
 		return a, nil
 	}
@@ -244,6 +244,11 @@ func (s *session) attachLocked(ctx context.Context) (*attachment, error) {
 	} else {
 		// Nobody else's request is on the connection: no reply is owed.
 		a.st.settle()
+	}
+	if s.p.cfg.Mode == ModeTransaction && a.st.lendSequences(s.id, seq) {
+		if err := s.discardSequencesLocked(a); err != nil {
+			return nil, err
+		}
 	}
 	if sync != "" {
 		// The client's parameters, pipelined ahead of its message.

@@ -75,6 +75,7 @@ type session struct {
 	msgLen        int         // length of the current client message, header included
 	curTyp        byte        // type of the current client message
 	pipeTyp       byte        // the message a server connection is wanted for, for pipelineCheckLocked; 0 when none
+	pipeSeq       bool        // that message may read sequence state (sequences.go)
 	pipeBody      []byte      // its body
 	pipeText      lexedText   // what the lexer found in that message's statement text, when someone looked already
 	rider         lanes.Rider // memory for the session's request on a shared server connection (pipeline.go)

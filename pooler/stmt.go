@@ -105,6 +105,7 @@ func serverStmtName(key []byte) string {
 // to make at once.
 type serverState struct {
 	stmts     stmtcache.Cache // the statements prepared on the connection
+	seqBy     uint64          // whose nextval the server process may remember (sequences.go)
 	syncPend  int             // parameter syncs written and not yet answered (riderSynced)
 	set       map[string]string
 	syncedKey string // parameters of the last session synced, serialised (see syncParams)
@@ -251,6 +252,7 @@ func (s *session) handleParse(ctx context.Context) error {
 	}
 	s.mu.Lock()
 	s.pipeTyp, s.pipeBody, s.pipeText = 'P', body, lexedText{}
+	s.pipeSeq = s.p.cfg.Mode == ModeTransaction && s.parseReadsSequences(nameB, rest)
 	a, err := s.attachLocked(ctx)
 	if err != nil {
 		s.mu.Unlock()
@@ -390,6 +392,7 @@ func (s *session) handleBind(ctx context.Context) error {
 	}
 	s.mu.Lock()
 	s.pipeTyp, s.pipeBody, s.pipeText = 'B', body, lexedText{}
+	s.pipeSeq = run == nil || info.readsSequences()
 	a, err := s.attachLocked(ctx)
 	if err != nil {
 		s.mu.Unlock()
@@ -579,7 +582,7 @@ func (s *session) handleQuery(ctx context.Context) error {
 		return s.raise(err, true)
 	}
 	s.mu.Lock()
-	s.pipeTyp, s.pipeBody = 'Q', body
+	s.pipeTyp, s.pipeBody, s.pipeSeq = 'Q', body, info.readsSequences()
 	s.pipeText = lexedText{text: sql, plain: info.pipe, fp: info.fp}
 	a, err := s.attachLocked(ctx)
 	s.pipeText = lexedText{}

@@ -169,6 +169,9 @@ func callFlags(name, qualifier []byte, quoted bool) (f Flags, special bool) {
 	if _, ok := otherBackendFuncs[string(name)]; ok {
 		return OtherBackend, false
 	}
+	if string(name) == "lastval" || string(name) == "currval" {
+		return SequenceRead, false
+	}
 	if _, ok := sessionBuiltins[string(name)]; ok || bytes.HasPrefix(name, []byte("binary_upgrade_")) {
 		return OpaqueCall, false
 	}

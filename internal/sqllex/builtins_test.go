@@ -84,6 +84,8 @@ func TestBuiltinsMatchPostgres(t *testing.T) {
 			want = OpaqueCall
 		case other:
 			want = OtherBackend
+		case name == "lastval" || name == "currval":
+			want = SequenceRead
 		case name == "set_config":
 			want = SetConfig | UnsureIdentity | SetParam
 		case strings.HasPrefix(name, "pg_advisory_unlock"):

@@ -350,6 +350,9 @@ var classifyCases = []struct {
 	{"SELECT pg_terminate_backend(pg_backend_pid())", OtherBackend, 1},
 	{"SELECT pg_catalog.pg_cancel_backend(42)", OtherBackend, 1},
 	{"SELECT pg_reload_conf()", OtherBackend, 1},
+	{"SELECT lastval()", SequenceRead, 1},
+	{"SELECT pg_catalog.currval('s'), nextval('s')", SequenceRead, 1},
+	{"SELECT CURRVAL ('s')", SequenceRead, 1},
 	{"select PG_ROTATE_LOGFILE()", OtherBackend, 1},
 
 	// Function calls: built-ins and syntax are plain, the rest opaque.

@@ -186,6 +186,10 @@ const (
 	// and operator class functions of tables they need not name, so they
 	// are opaque too.
 	Maintenance
+	// SequenceRead marks a call of lastval or currval, which return what
+	// nextval or setval last gave in the session, and so, on a server
+	// process shared by many clients, another client's value.
+	SequenceRead
 )
 
 // Uncertainty. When either is set a caller should take its safe path.
@@ -225,7 +229,7 @@ var flagNames = [64]string{
 	"DiscardSequences", "DiscardTemp",
 	36: "Copy", "Listen", "Unlisten", "Notify", "DeclareCursor", "DeclareHold", "CreateTemp",
 	"DoBlock", "Call", "Load", "AdvisoryLock", "CloseCursor", "AdvisoryUnlock", "Drop", "SchemaChange",
-	"OtherBackend", "OpaqueCall", "Maintenance",
+	"OtherBackend", "OpaqueCall", "Maintenance", "SequenceRead",
 	56: "Incomplete", "Ambiguous",
 }
 

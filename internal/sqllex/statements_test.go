@@ -136,7 +136,7 @@ func TestFlagsString(t *testing.T) {
 		SetRole:                         "SetRole",
 		SetRoleLocal | Begin | Commit:   "SetRoleLocal|Begin|Commit",
 		AdvisoryLock | Ambiguous:        "AdvisoryLock|Ambiguous",
-		Flags(1) << 54:                  "bit54",
+		Flags(1) << 55:                  "bit55",
 		Incomplete | DeclareHold | Copy: "Copy|DeclareHold|Incomplete",
 	} {
 		if got := f.String(); got != want {
