@@ -25,15 +25,23 @@ const (
 // that changes the session, and drops both when the test ends.
 func catalogSetup(ctx context.Context, t *testing.T, h *harness) {
 	t.Helper()
-	for _, q := range []string{
+	drop := []string{
 		"DROP TABLE IF EXISTS public.cat_plain, public.cat_trig",
 		"DROP FUNCTION IF EXISTS public.cat_trg()",
+	}
+	clusterObjects(ctx, t, h, drop,
 		"CREATE TABLE public.cat_plain (a int)",
 		"CREATE TABLE public.cat_trig (a int)",
-		"CREATE FUNCTION public.cat_trg() RETURNS trigger LANGUAGE plpgsql AS $f$BEGIN" +
+		"CREATE FUNCTION public.cat_trg() RETURNS trigger LANGUAGE plpgsql AS $f$BEGIN"+
 			" PERFORM pg_catalog.set_config('cat.x', 'leak', false); RETURN NEW; END$f$",
-		"CREATE TRIGGER cat_trg BEFORE INSERT ON public.cat_trig FOR EACH ROW EXECUTE FUNCTION public.cat_trg()",
-	} {
+		"CREATE TRIGGER cat_trg BEFORE INSERT ON public.cat_trig FOR EACH ROW EXECUTE FUNCTION public.cat_trg()")
+}
+
+// clusterObjects runs drop, then create, straight on h's cluster, and drop
+// again when the test ends.
+func clusterObjects(ctx context.Context, t *testing.T, h *harness, drop []string, create ...string) {
+	t.Helper()
+	for _, q := range append(drop[:len(drop):len(drop)], create...) {
 		if err := h.cluster.Exec(ctx, q); err != nil {
 			t.Fatalf("%s: %v", q, err)
 		}
@@ -41,8 +49,9 @@ func catalogSetup(ctx context.Context, t *testing.T, h *harness) {
 	t.Cleanup(func() {
 		cctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		_ = h.cluster.Exec(cctx, "DROP TABLE IF EXISTS public.cat_plain, public.cat_trig")
-		_ = h.cluster.Exec(cctx, "DROP FUNCTION IF EXISTS public.cat_trg()")
+		for _, q := range drop {
+			_ = h.cluster.Exec(cctx, q)
+		}
 	})
 }
 
@@ -294,13 +303,21 @@ func TestCatalogUnknownBegin(t *testing.T) {
 	t.Cleanup(func() { _ = h.cluster.Exec(context.Background(), "DROP TABLE IF EXISTS public.cat_begin") })
 	reads := func() float64 { return metricValue(t, reg, catalogReads, "") }
 	r0 := reads()
+	_, u0 := counts(t, reg)
+	// BEGIN starts the read the DDL made due, in the background; it waits
+	// for the pool's one connection, which the block holds, so the catalog
+	// stays unknown until COMMIT.
 	pgExec(ctx, t, a, "BEGIN")
-	// BEGIN's request starts the read the DDL made due, in the background.
-	waitState(t, "a read of the catalog after BEGIN (without one, BEGIN was not read while the catalog was unknown: the test tests nothing)",
-		func() bool { return reads() > r0 })
 	pgExec(ctx, t, a, "SET TRANSACTION ISOLATION LEVEL SERIALIZABLE")
 	pgExec(ctx, t, a, "INSERT INTO cat_begin VALUES (1)")
+	if _, u1 := counts(t, reg); u1 != u0+1 || reads() != r0 {
+		t.Fatalf("inside the block: %v texts read as catalog_unknown (want the INSERT alone), catalog reads %v -> %v (want none): the catalog was not unknown, the test tests nothing",
+			u1-u0, r0, reads())
+	}
 	pgExec(ctx, t, a, "COMMIT")
+	waitState(t, "the read BEGIN started to end once COMMIT freed the connection", func() bool {
+		return metricValue(t, reg, catalogReads, "ok") > 0 && reads() > r0
+	})
 }
 
 // TestCatalogReadNeverDelaysRequests: a read of the catalog runs on a

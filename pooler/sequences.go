@@ -13,9 +13,9 @@ import "github.com/pgquic/pgquic/internal/wire"
 // function. So it tracks, per server connection, whose requests may have
 // left such a value (serverState.seqBy), and before a request that may
 // read one (a text calling lastval or currval, an opaque one, a
-// FunctionCall) on a connection another client's requests ran on since the
-// last DISCARD SEQUENCES, it pipelines DISCARD SEQUENCES ahead of the
-// request. The reader then gets 55000 "not yet defined in this session",
+// FunctionCall, one that keeps the connection past itself: readsSequences)
+// on a connection another client's requests ran on since the last DISCARD
+// SEQUENCES, it pipelines DISCARD SEQUENCES ahead of the request. The reader then gets 55000 "not yet defined in this session",
 // as on a fresh connection, never the other client's value. A client
 // that comes back to a connection only it used keeps its own values; one
 // whose connection served another client meanwhile loses them, as it
@@ -43,9 +43,14 @@ func (st *serverState) lendSequences(id uint64, reads bool) (discard bool) {
 }
 
 // readsSequences reports whether a request with this classification may
-// read sequence state: it calls lastval or currval, or may run any code.
+// read sequence state while it holds the connection: it calls lastval or
+// currval, may run any code, or keeps the connection for more than this
+// request (it opens a block, or may pin the session: session state, an
+// identity change), so that a later statement on it is never checked at
+// a borrow. The statements after the first of one extended-protocol batch
+// are not checked either: a DISCARD cannot go between them.
 func (info *sqlInfo) readsSequences() bool {
-	return info.seqRead || info.pins.Opaque
+	return info.seqRead || info.pins.Opaque || info.begins || info.identity || info.pins.Holds != 0
 }
 
 // parseReadsSequences is readsSequences for the text of a Parse (rest:

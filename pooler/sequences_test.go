@@ -1,7 +1,6 @@
 package pooler_test
 
 import (
-	"context"
 	"errors"
 	"testing"
 	"time"
@@ -19,25 +18,14 @@ import (
 func TestSequenceStateNotShared(t *testing.T) {
 	ctx := testCtx(t, 2*time.Minute)
 	h, reg := catalogHarness(t, 1, time.Hour)
-	for _, q := range []string{
+	clusterObjects(ctx, t, h, []string{
 		"DROP VIEW IF EXISTS public.seq_v",
 		"DROP FUNCTION IF EXISTS public.seq_peek()",
 		"DROP SEQUENCE IF EXISTS public.seq_s",
+	},
 		"CREATE SEQUENCE public.seq_s START 4242",
 		"CREATE FUNCTION public.seq_peek() RETURNS bigint LANGUAGE sql AS 'SELECT pg_catalog.lastval()'",
-		"CREATE VIEW public.seq_v AS SELECT pg_catalog.currval('public.seq_s') AS v",
-	} {
-		if err := h.cluster.Exec(ctx, q); err != nil {
-			t.Fatalf("%s: %v", q, err)
-		}
-	}
-	t.Cleanup(func() {
-		cctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		_ = h.cluster.Exec(cctx, "DROP VIEW IF EXISTS public.seq_v")
-		_ = h.cluster.Exec(cctx, "DROP FUNCTION IF EXISTS public.seq_peek()")
-		_ = h.cluster.Exec(cctx, "DROP SEQUENCE IF EXISTS public.seq_s")
-	})
+		"CREATE VIEW public.seq_v AS SELECT pg_catalog.currval('public.seq_s') AS v")
 	a := pgConnect(ctx, t, h)
 	b := pgConnect(ctx, t, h)
 	// The catalog is read once the DDL above is seen (CatalogRefresh is
@@ -99,12 +87,62 @@ func TestSequenceStateNotShared(t *testing.T) {
 	if d := metricValue(t, reg, "pgquic_pooler_sequence_discards_total", "") - discards0; d < 8 {
 		t.Errorf("%v DISCARD SEQUENCES counted for 8 reads on a connection A used last", d)
 	}
-	// Both sessions still work, and B's own nextval is its own.
-	v, err := one(b, false, "SELECT nextval('seq_s')")
-	if err != nil {
+	// A block keeps the connection past the borrow: a read inside it is
+	// checked at its BEGIN, and B's own nextval in it stays B's.
+	notDefined := func(what string, err error) {
+		t.Helper()
+		var pe *pgconn.PgError
+		if !errors.As(err, &pe) || pe.Code != "55000" {
+			t.Errorf("%s: %v, want 55000", what, err)
+		}
+	}
+	for _, extended := range []bool{false, true} {
+		if _, err := one(a, false, "SELECT nextval('seq_s')"); err != nil {
+			t.Fatal(err)
+		}
+		pgExec(ctx, t, b, "BEGIN")
+		_, err := one(b, extended, "SELECT currval('seq_s')")
+		notDefined("B's currval inside a block begun after A's nextval", err)
+		pgExec(ctx, t, b, "ROLLBACK")
+	}
+	// B's own value is B's: in its block, and after it.
+	ownValue := func(read string) {
+		t.Helper()
+		v, err := one(b, false, "SELECT nextval('seq_s')")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if w, err := one(b, true, read); err != nil || w != v {
+			t.Errorf("B's %s after its own nextval %s: %q, %v", read, v, w, err)
+		}
+	}
+	if _, err := one(a, false, "SELECT nextval('seq_s')"); err != nil {
 		t.Fatal(err)
 	}
-	if w, err := one(b, true, "SELECT currval('seq_s')"); err != nil || w != v {
-		t.Fatalf("B's currval after its own nextval %s: %q, %v", v, w, err)
+	pgExec(ctx, t, b, "BEGIN")
+	ownValue("SELECT lastval()")
+	pgExec(ctx, t, b, "COMMIT")
+	ownValue("SELECT currval('seq_s')")
+}
+
+// TestSequenceStateNotSharedPinned: a request that pins its client (here a
+// temporary table) keeps the connection for the client's later
+// transactions, so it is checked at its borrow: B, pinned after A's
+// nextval, never reads A's value in a later transaction.
+func TestSequenceStateNotSharedPinned(t *testing.T) {
+	ctx := testCtx(t, 2*time.Minute)
+	h, _ := catalogHarness(t, 1, time.Hour)
+	clusterObjects(ctx, t, h, []string{"DROP SEQUENCE IF EXISTS public.seq_p"}, "CREATE SEQUENCE public.seq_p START 77")
+	a := pgConnect(ctx, t, h)
+	b := pgConnect(ctx, t, h)
+	pgExec(ctx, t, a, "SELECT nextval('seq_p')")
+	pgExec(ctx, t, b, "CREATE TEMP TABLE seq_pin (a int)")
+	res, err := b.Exec(ctx, "SELECT lastval()").ReadAll()
+	var pe *pgconn.PgError
+	if err == nil {
+		t.Fatalf("pinned B's lastval() read %s, left by A's nextval", res[0].Rows[0][0])
+	}
+	if !errors.As(err, &pe) || pe.Code != "55000" {
+		t.Fatalf("pinned B's lastval(): %v, want 55000", err)
 	}
 }
