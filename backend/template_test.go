@@ -54,6 +54,12 @@ func TestTemplatePoolKeepsNoIdle(t *testing.T) {
 	}
 
 	plain := newTestPool(t, PoolConfig{ConnString: c.SuperURL("postgres"), PoolSize: 4, MinPool: 1}, nil)
+	// Wait for warm's connection first: an Acquire racing it opens a
+	// second one, which is correct for the pool but not what this checks.
+	waitFor(t, 10*time.Second, "the ordinary pool to open its MinPool connection", func() bool {
+		st := plain.Stat()
+		return st.Total == 1 && st.Idle == 1
+	})
 	conn, err = plain.Acquire(ctx)
 	if err != nil {
 		t.Fatal(err)
