@@ -102,8 +102,12 @@ func (s *session) loop(ctx context.Context) error {
 			}
 		}
 		switch typ {
-		case 'S', 'Q', 'F', 'c', 'f':
-			s.lastSync = true
+		case 'S', 'Q', 'F':
+			s.lastSync, s.segOpen = true, false
+		case 'c', 'f':
+			s.lastSync = true // a COPY's segment ends where it began it
+		case 'P', 'B', 'D', 'E', 'C':
+			s.lastSync, s.segOpen = false, true
 		default:
 			s.lastSync = false
 		}
@@ -226,6 +230,13 @@ func (s *session) attachLocked(ctx context.Context) (*attachment, error) {
 	typ, body, seq := s.pipeTyp, s.pipeBody, s.pipeSeq
 	s.pipeTyp, s.pipeBody, s.pipeSeq = 0, nil, false
 	if a := s.currentLocked(); a != nil {
+		if s.p.cfg.Mode == ModeTransaction && !s.segOpen && !a.copyOpen {
+			// A new sync segment on a connection the session still
+			// holds (a pipeline, a block, a pin): checked as a borrow is.
+			if err := s.checkSequencesLocked(a, seq, body); err != nil {
+				return nil, err
+			}
+		}
 		return a, nil
 	}
 	if s.draining {
@@ -245,8 +256,8 @@ func (s *session) attachLocked(ctx context.Context) (*attachment, error) {
 		// Nobody else's request is on the connection: no reply is owed.
 		a.st.settle()
 	}
-	if s.p.cfg.Mode == ModeTransaction && a.st.lendSequences(s.id, seq) {
-		if err := s.discardSequencesLocked(a); err != nil {
+	if s.p.cfg.Mode == ModeTransaction {
+		if err := s.checkSequencesLocked(a, seq, body); err != nil {
 			return nil, err
 		}
 	}

@@ -1,6 +1,12 @@
 package pooler
 
-import "github.com/pgquic/pgquic/internal/wire"
+import (
+	"bytes"
+	"encoding/binary"
+	"slices"
+
+	"github.com/pgquic/pgquic/internal/wire"
+)
 
 // Sequence state a server process keeps between transactions.
 //
@@ -25,32 +31,116 @@ import "github.com/pgquic/pgquic/internal/wire"
 // since the last DISCARD SEQUENCES (0: none has).
 const seqMixed = ^uint64(0)
 
-// lendSequences records that the session id borrows the connection, and
-// reports whether DISCARD SEQUENCES must come before its request: reads
-// says the request may read sequence state, and another client's
-// requests may have left some.
-func (st *serverState) lendSequences(id uint64, reads bool) (discard bool) {
+// checkSequencesLocked runs as the session starts a request on a: when
+// it borrows the connection, and when it starts a new sync segment on one
+// it still holds (a pipeline, a block). It records that the session's
+// requests run there and pipelines DISCARD SEQUENCES ahead of this one
+// when another client's requests may have left sequence state and this
+// request may read some: reads says the current message may, and the
+// rest of the client's batch, up to its Sync, is looked at too
+// (batchReadsSequences), since a DISCARD cannot go between the statements
+// of one batch: it would end their implicit transaction, and take away
+// the client's own nextval from an earlier statement of the batch.
+// body is the current message's when it is a Parse. s.mu must be held.
+func (s *session) checkSequencesLocked(a *attachment, reads bool, body []byte) error {
+	st := a.st
 	switch {
-	case st.seqBy == 0 || st.seqBy == id:
-	case reads:
-		discard = true
-	default:
+	case st.seqBy == 0 || st.seqBy == s.id:
+		st.seqBy = s.id
+		return nil
+	case !reads && !s.batchReadsSequences(body):
 		st.seqBy = seqMixed
-		return false
+		return nil
 	}
-	st.seqBy = id
-	return discard
+	st.seqBy = s.id
+	return s.discardSequencesLocked(a)
 }
 
 // readsSequences reports whether a request with this classification may
 // read sequence state while it holds the connection: it calls lastval or
 // currval, may run any code, or keeps the connection for more than this
 // request (it opens a block, or may pin the session: session state, an
-// identity change), so that a later statement on it is never checked at
-// a borrow. The statements after the first of one extended-protocol batch
-// are not checked either: a DISCARD cannot go between them.
+// identity change); the later statements of such a request are then
+// checked only at a sync segment's start (checkSequencesLocked).
 func (info *sqlInfo) readsSequences() bool {
 	return info.seqRead || info.pins.Opaque || info.begins || info.identity || info.pins.Holds != 0
+}
+
+// batchReadsSequences reports whether a message after the current one, up
+// to the Sync that ends the client's extended-protocol batch, may read
+// sequence state: a Parse whose text may (as parseReadsSequences judges
+// it), a Bind of a statement that may, anything but Parse, Bind,
+// Describe, Execute, Close and Flush. Only bytes already buffered are
+// looked at: a batch whose Sync has not arrived (longer than the read
+// buffer, or waiting behind a Flush for the first results) counts as
+// reading, so a DISCARD is the price of not knowing, never a leak. A
+// simple Query or FunctionCall is a request of its own. body is the
+// current message's when it is a Parse. s.mu must be held.
+func (s *session) batchReadsSequences(body []byte) bool {
+	if s.curTyp == 'Q' || s.curTyp == 'F' {
+		return false
+	}
+	tail := s.cr.Peek() // after a message the handler read whole
+	if tail == nil {    // or the current message is still to be forwarded
+		f := s.cr.Frames()
+		if len(f) < s.msgLen {
+			return true
+		}
+		tail = f[s.msgLen:]
+	}
+	// The statements parsed in the batch so far: a Bind of one of them is
+	// judged by its Parse.
+	var parsed [16][]byte
+	n := 0
+	if s.curTyp == 'P' {
+		parsed[0], _, _ = wire.CString(body)
+		n = 1
+	}
+	for {
+		if len(tail) < wire.HeaderLen {
+			return true
+		}
+		size := 1 + int(binary.BigEndian.Uint32(tail[1:wire.HeaderLen]))
+		if size < wire.HeaderLen || len(tail) < size {
+			return true
+		}
+		typ, body := tail[0], tail[wire.HeaderLen:size]
+		tail = tail[size:]
+		switch typ {
+		case 'S':
+			return false
+		case 'D', 'E', 'C', 'H':
+		case 'P':
+			name, rest, ok := wire.CString(body)
+			q, _, ok2 := wire.CString(rest)
+			if !ok || !ok2 || n == len(parsed) {
+				return true
+			}
+			if info := inspectSQL(q); info.readsSequences() || s.hiddenText(q, nil) {
+				return true
+			}
+			parsed[n] = name
+			n++
+		case 'B':
+			_, rest, ok := wire.CString(body)
+			name, _, ok2 := wire.CString(rest)
+			if !ok || !ok2 {
+				return true
+			}
+			if slices.ContainsFunc(parsed[:n], func(p []byte) bool { return bytes.Equal(p, name) }) {
+				continue
+			}
+			st := s.unnamed
+			if len(name) != 0 {
+				st = s.stmts[string(name)]
+			}
+			if st == nil || st.info.readsSequences() || s.hiddenText(st.text(), &st.hid) {
+				return true
+			}
+		default:
+			return true
+		}
+	}
 }
 
 // parseReadsSequences is readsSequences for the text of a Parse (rest:

@@ -146,3 +146,171 @@ func TestSequenceStateNotSharedPinned(t *testing.T) {
 		t.Fatalf("pinned B's lastval(): %v, want 55000", err)
 	}
 }
+
+// TestSequenceStateNotSharedBatch: the statements of one extended-protocol
+// batch (one Sync) run on the connection borrowed for the first, and those
+// of a pipeline (several Syncs in one write) on the connection the client
+// still holds, so a later statement that reads sequence state must be seen
+// before the batch starts. B, after A's nextval, never reads A's value
+// from a later statement of a batch, a later sync segment of a pipeline,
+// a prepared statement bound later in a batch, a batch too long to be
+// buffered whole, or a statement sent after a Flush; and B's own nextval
+// earlier in a batch stays readable by a later statement of it. A batch
+// that reads nothing costs no DISCARD.
+func TestSequenceStateNotSharedBatch(t *testing.T) {
+	ctx := testCtx(t, 2*time.Minute)
+	h, reg := catalogHarness(t, 1, time.Hour)
+	clusterObjects(ctx, t, h, []string{"DROP SEQUENCE IF EXISTS public.seq_b"}, "CREATE SEQUENCE public.seq_b START 9000")
+	a := pgConnect(ctx, t, h)
+	b := pgConnect(ctx, t, h)
+	if _, err := b.Prepare(ctx, "seq_rd", "SELECT lastval()", nil); err != nil {
+		t.Fatal(err)
+	}
+	aNext := func() {
+		t.Helper()
+		pgExec(ctx, t, a, "SELECT nextval('seq_b')")
+	}
+	notDefined := func(what string, err error) {
+		t.Helper()
+		var pe *pgconn.PgError
+		if !errors.As(err, &pe) || pe.Code != "55000" {
+			t.Errorf("%s: %v, want 55000 (A's value must not be read)", what, err)
+		}
+	}
+	batch := func(sqls []string, prepared ...string) ([]*pgconn.Result, error) {
+		t.Helper()
+		bt := &pgconn.Batch{}
+		for _, q := range sqls {
+			bt.ExecParams(q, nil, nil, nil, nil)
+		}
+		for _, name := range prepared {
+			bt.ExecPrepared(name, nil, nil, nil)
+		}
+		res, err := b.ExecBatch(ctx, bt).ReadAll()
+		if err != nil {
+			return res, err
+		}
+		for _, r := range res {
+			if r.Err != nil {
+				return res, r.Err
+			}
+		}
+		return res, nil
+	}
+
+	aNext()
+	_, err := batch([]string{"SELECT 1", "SELECT currval('seq_b')"})
+	notDefined("currval, the second statement of a batch", err)
+
+	aNext()
+	_, err = batch([]string{"SELECT 1"}, "seq_rd")
+	notDefined("a prepared lastval bound second in a batch", err)
+
+	aNext()
+	long := make([]string, 0, 2001)
+	for range 2000 {
+		long = append(long, "SELECT 1")
+	}
+	_, err = batch(append(long, "SELECT lastval()"))
+	notDefined("lastval at the end of a batch of 2,001 statements", err)
+
+	aNext()
+	res, err := batch([]string{"SELECT nextval('seq_b')", "SELECT currval('seq_b')"})
+	if err != nil {
+		t.Fatalf("B's own nextval and currval in one batch: %v", err)
+	}
+	if own, read := string(res[0].Rows[0][0]), string(res[1].Rows[0][0]); own != read {
+		t.Errorf("B's currval after its own nextval in the same batch: %s, want %s", read, own)
+	}
+
+	// A pipeline: two sync segments in one write.
+	aNext()
+	p := b.StartPipeline(ctx)
+	p.SendQueryParams("SELECT 1", nil, nil, nil, nil)
+	p.SendPipelineSync()
+	p.SendQueryParams("SELECT lastval()", nil, nil, nil, nil)
+	p.SendPipelineSync()
+	if err := p.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	var reads []error
+	for range 4 {
+		r, err := p.GetResults()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rr, ok := r.(*pgconn.ResultReader); ok {
+			reads = append(reads, rr.Read().Err)
+		}
+	}
+	if err := p.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if len(reads) != 2 || reads[0] != nil {
+		t.Fatalf("pipeline results %v", reads)
+	}
+	notDefined("lastval in the second sync segment of a pipeline", reads[1])
+
+	// A statement prepared and run in one batch, reading nothing: the
+	// Bind is judged by the Parse before it, and no DISCARD is sent.
+	aNext()
+	discards0 := metricValue(t, reg, "pgquic_pooler_sequence_discards_total", "")
+	p = b.StartPipeline(ctx)
+	p.SendPrepare("seq_one", "SELECT 1", nil)
+	p.SendQueryPrepared("seq_one", nil, nil, nil)
+	p.SendPipelineSync()
+	if err := p.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		r, err := p.GetResults()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rr, ok := r.(*pgconn.ResultReader); ok {
+			if err := rr.Read().Err; err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if err := p.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if d := metricValue(t, reg, "pgquic_pooler_sequence_discards_total", "") - discards0; d != 0 {
+		t.Errorf("%v DISCARD SEQUENCES for a batch that reads no sequence state", d)
+	}
+
+	// A Flush, then the rest of the batch once the first result is in.
+	aNext()
+	p = b.StartPipeline(ctx)
+	p.SendQueryParams("SELECT 1", nil, nil, nil, nil)
+	p.SendFlushRequest()
+	if err := p.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	r, err := p.GetResults()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.(*pgconn.ResultReader).Read().Err; err != nil {
+		t.Fatal(err)
+	}
+	p.SendQueryParams("SELECT currval('seq_b')", nil, nil, nil, nil)
+	p.SendPipelineSync()
+	if err := p.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	r, err = p.GetResults()
+	if err != nil {
+		t.Fatal(err)
+	}
+	notDefined("currval sent after a Flush, in the same batch", r.(*pgconn.ResultReader).Read().Err)
+	if r, err = p.GetResults(); err != nil {
+		t.Fatal(err)
+	} else if _, ok := r.(*pgconn.PipelineSync); !ok {
+		t.Fatalf("after the read: %T, want the Sync", r)
+	}
+	if err := p.Close(); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -62,6 +62,7 @@ type session struct {
 	plainQuery    plainQuery        // the client's last plain simple-Query text (inspectQuery); owner only
 	skipping      bool              // dropping messages until Sync after an error the pooler raised
 	lastSync      bool              // the last client message was Sync, Query, FunctionCall, CopyDone or CopyFail
+	segOpen       bool              // an extended-protocol message came after the last Sync, Query or FunctionCall: the server is inside the client's sync segment
 	wlocked       bool              // owner holds wmu
 	wconn         *backend.Conn     // connection whose writer the owner must flush
 	flushRider    *lanes.Rider      // the rider whose writing a deferred flush ends (flushOnRead); owner only
