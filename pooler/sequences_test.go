@@ -89,20 +89,13 @@ func TestSequenceStateNotShared(t *testing.T) {
 	}
 	// A block keeps the connection past the borrow: a read inside it is
 	// checked at its BEGIN, and B's own nextval in it stays B's.
-	notDefined := func(what string, err error) {
-		t.Helper()
-		var pe *pgconn.PgError
-		if !errors.As(err, &pe) || pe.Code != "55000" {
-			t.Errorf("%s: %v, want 55000", what, err)
-		}
-	}
 	for _, extended := range []bool{false, true} {
 		if _, err := one(a, false, "SELECT nextval('seq_s')"); err != nil {
 			t.Fatal(err)
 		}
 		pgExec(ctx, t, b, "BEGIN")
 		_, err := one(b, extended, "SELECT currval('seq_s')")
-		notDefined("B's currval inside a block begun after A's nextval", err)
+		notDefined(t, "B's currval inside a block begun after A's nextval", err)
 		pgExec(ctx, t, b, "ROLLBACK")
 	}
 	// B's own value is B's: in its block, and after it.
@@ -170,13 +163,6 @@ func TestSequenceStateNotSharedBatch(t *testing.T) {
 		t.Helper()
 		pgExec(ctx, t, a, "SELECT nextval('seq_b')")
 	}
-	notDefined := func(what string, err error) {
-		t.Helper()
-		var pe *pgconn.PgError
-		if !errors.As(err, &pe) || pe.Code != "55000" {
-			t.Errorf("%s: %v, want 55000 (A's value must not be read)", what, err)
-		}
-	}
 	batch := func(sqls []string, prepared ...string) ([]*pgconn.Result, error) {
 		t.Helper()
 		bt := &pgconn.Batch{}
@@ -200,11 +186,11 @@ func TestSequenceStateNotSharedBatch(t *testing.T) {
 
 	aNext()
 	_, err := batch([]string{"SELECT 1", "SELECT currval('seq_b')"})
-	notDefined("currval, the second statement of a batch", err)
+	notDefined(t, "currval, the second statement of a batch", err)
 
 	aNext()
 	_, err = batch([]string{"SELECT 1"}, "seq_rd")
-	notDefined("a prepared lastval bound second in a batch", err)
+	notDefined(t, "a prepared lastval bound second in a batch", err)
 
 	aNext()
 	long := make([]string, 0, 2001)
@@ -212,7 +198,7 @@ func TestSequenceStateNotSharedBatch(t *testing.T) {
 		long = append(long, "SELECT 1")
 	}
 	_, err = batch(append(long, "SELECT lastval()"))
-	notDefined("lastval at the end of a batch of 2,001 statements", err)
+	notDefined(t, "lastval at the end of a batch of 2,001 statements", err)
 
 	aNext()
 	res, err := batch([]string{"SELECT nextval('seq_b')", "SELECT currval('seq_b')"})
@@ -249,7 +235,41 @@ func TestSequenceStateNotSharedBatch(t *testing.T) {
 	if len(reads) != 2 || reads[0] != nil {
 		t.Fatalf("pipeline results %v", reads)
 	}
-	notDefined("lastval in the second sync segment of a pipeline", reads[1])
+	notDefined(t, "lastval in the second sync segment of a pipeline", reads[1])
+
+	// A pipeline whose first segment fails: the second still gets no value.
+	aNext()
+	p = b.StartPipeline(ctx)
+	p.SendQueryParams("SELECT 1/0", nil, nil, nil, nil)
+	p.SendPipelineSync()
+	p.SendQueryParams("SELECT currval('seq_b')", nil, nil, nil, nil)
+	p.SendPipelineSync()
+	if err := p.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	reads = reads[:0]
+	for range 4 {
+		r, err := p.GetResults()
+		var pe *pgconn.PgError
+		if errors.As(err, &pe) { // the failed query's error (at its Bind)
+			reads = append(reads, err)
+			continue
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rr, ok := r.(*pgconn.ResultReader); ok {
+			reads = append(reads, rr.Read().Err)
+		}
+	}
+	if err := p.Close(); err != nil {
+		t.Fatal(err)
+	}
+	var pe *pgconn.PgError
+	if len(reads) != 2 || !errors.As(reads[0], &pe) || pe.Code != "22012" {
+		t.Fatalf("pipeline results %v, want division by zero first", reads)
+	}
+	notDefined(t, "currval in the sync segment after a failed one", reads[1])
 
 	// A statement prepared and run in one batch, reading nothing: the
 	// Bind is judged by the Parse before it, and no DISCARD is sent.
@@ -304,7 +324,7 @@ func TestSequenceStateNotSharedBatch(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	notDefined("currval sent after a Flush, in the same batch", r.(*pgconn.ResultReader).Read().Err)
+	notDefined(t, "currval sent after a Flush, in the same batch", r.(*pgconn.ResultReader).Read().Err)
 	if r, err = p.GetResults(); err != nil {
 		t.Fatal(err)
 	} else if _, ok := r.(*pgconn.PipelineSync); !ok {
@@ -312,5 +332,16 @@ func TestSequenceStateNotSharedBatch(t *testing.T) {
 	}
 	if err := p.Close(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// notDefined fails t unless err is PostgreSQL's 55000 ("not yet defined in
+// this session"), what a client reading sequence state another client's
+// nextval left must get.
+func notDefined(t *testing.T, what string, err error) {
+	t.Helper()
+	var pe *pgconn.PgError
+	if !errors.As(err, &pe) || pe.Code != "55000" {
+		t.Errorf("%s: %v, want 55000 (another client's value must not be read)", what, err)
 	}
 }
