@@ -1,6 +1,7 @@
 package pooler_test
 
 import (
+	"context"
 	"errors"
 	"testing"
 	"time"
@@ -211,62 +212,17 @@ func TestSequenceStateNotSharedBatch(t *testing.T) {
 
 	// A pipeline: two sync segments in one write.
 	aNext()
-	p := b.StartPipeline(ctx)
-	p.SendQueryParams("SELECT 1", nil, nil, nil, nil)
-	p.SendPipelineSync()
-	p.SendQueryParams("SELECT lastval()", nil, nil, nil, nil)
-	p.SendPipelineSync()
-	if err := p.Flush(); err != nil {
-		t.Fatal(err)
-	}
-	var reads []error
-	for range 4 {
-		r, err := p.GetResults()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if rr, ok := r.(*pgconn.ResultReader); ok {
-			reads = append(reads, rr.Read().Err)
-		}
-	}
-	if err := p.Close(); err != nil {
-		t.Fatal(err)
-	}
-	if len(reads) != 2 || reads[0] != nil {
+	reads := twoSegments(ctx, t, b, "SELECT 1", "SELECT lastval()")
+	if reads[0] != nil {
 		t.Fatalf("pipeline results %v", reads)
 	}
 	notDefined(t, "lastval in the second sync segment of a pipeline", reads[1])
 
 	// A pipeline whose first segment fails: the second still gets no value.
 	aNext()
-	p = b.StartPipeline(ctx)
-	p.SendQueryParams("SELECT 1/0", nil, nil, nil, nil)
-	p.SendPipelineSync()
-	p.SendQueryParams("SELECT currval('seq_b')", nil, nil, nil, nil)
-	p.SendPipelineSync()
-	if err := p.Flush(); err != nil {
-		t.Fatal(err)
-	}
-	reads = reads[:0]
-	for range 4 {
-		r, err := p.GetResults()
-		var pe *pgconn.PgError
-		if errors.As(err, &pe) { // the failed query's error (at its Bind)
-			reads = append(reads, err)
-			continue
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		if rr, ok := r.(*pgconn.ResultReader); ok {
-			reads = append(reads, rr.Read().Err)
-		}
-	}
-	if err := p.Close(); err != nil {
-		t.Fatal(err)
-	}
+	reads = twoSegments(ctx, t, b, "SELECT 1/0", "SELECT currval('seq_b')")
 	var pe *pgconn.PgError
-	if len(reads) != 2 || !errors.As(reads[0], &pe) || pe.Code != "22012" {
+	if !errors.As(reads[0], &pe) || pe.Code != "22012" {
 		t.Fatalf("pipeline results %v, want division by zero first", reads)
 	}
 	notDefined(t, "currval in the sync segment after a failed one", reads[1])
@@ -275,7 +231,7 @@ func TestSequenceStateNotSharedBatch(t *testing.T) {
 	// Bind is judged by the Parse before it, and no DISCARD is sent.
 	aNext()
 	discards0 := metricValue(t, reg, "pgquic_pooler_sequence_discards_total", "")
-	p = b.StartPipeline(ctx)
+	p := b.StartPipeline(ctx)
 	p.SendPrepare("seq_one", "SELECT 1", nil)
 	p.SendQueryPrepared("seq_one", nil, nil, nil)
 	p.SendPipelineSync()
@@ -344,4 +300,40 @@ func notDefined(t *testing.T, what string, err error) {
 	if !errors.As(err, &pe) || pe.Code != "55000" {
 		t.Errorf("%s: %v, want 55000 (another client's value must not be read)", what, err)
 	}
+}
+
+// twoSegments sends q1 and q2 on c as a pipeline of two sync segments in
+// one write and returns each query's error (nil when it succeeded).
+func twoSegments(ctx context.Context, t *testing.T, c *pgconn.PgConn, q1, q2 string) []error {
+	t.Helper()
+	p := c.StartPipeline(ctx)
+	p.SendQueryParams(q1, nil, nil, nil, nil)
+	p.SendPipelineSync()
+	p.SendQueryParams(q2, nil, nil, nil, nil)
+	p.SendPipelineSync()
+	if err := p.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	var errs []error
+	for range 4 {
+		r, err := p.GetResults()
+		var pe *pgconn.PgError
+		if errors.As(err, &pe) { // a query failed at its Bind
+			errs = append(errs, err)
+			continue
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rr, ok := r.(*pgconn.ResultReader); ok {
+			errs = append(errs, rr.Read().Err)
+		}
+	}
+	if err := p.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if len(errs) != 2 {
+		t.Fatalf("pipeline of two queries gave %d results: %v", len(errs), errs)
+	}
+	return errs
 }
