@@ -230,9 +230,18 @@ func (s *session) attachLocked(ctx context.Context) (*attachment, error) {
 	typ, body, seq := s.pipeTyp, s.pipeBody, s.pipeSeq
 	s.pipeTyp, s.pipeBody, s.pipeSeq = 0, nil, false
 	if a := s.currentLocked(); a != nil {
-		if s.p.cfg.Mode == ModeTransaction && !s.segOpen && !a.copyOpen {
+		if s.p.cfg.Mode == ModeTransaction && !s.segOpen && !(a.copyOpen && a.copyIn) {
 			// A new sync segment on a connection the session still
 			// holds (a pipeline, a block, a pin): checked as a borrow is.
+			// Behind a COPY too, unless the server has said it waits
+			// for COPY data: a COPY TO, or one that fails to start,
+			// leaves the server ready for the request behind it, which
+			// must not read another client's sequence state. Once it
+			// waits for data, a request message ends the session
+			// (PostgreSQL: 08P01 "protocol synchronization was lost"),
+			// so nothing of the request runs; before the pooler has
+			// read that answer a DISCARD SEQUENCES ahead of the request
+			// does no harm either way.
 			if err := s.checkSequencesLocked(a, seq, body); err != nil {
 				return nil, err
 			}
