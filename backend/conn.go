@@ -297,24 +297,59 @@ func (c *Conn) Query(ctx context.Context, timeout time.Duration, sql string, row
 
 // query is Query; an empty sql expects EmptyQueryResponse (ping).
 func (c *Conn) query(ctx context.Context, timeout time.Duration, sql string, row func([]byte) error) (err error) {
+	restore, err := c.bound(ctx, timeout)
+	if err != nil {
+		return err
+	}
+	defer func() { err = restore(err) }()
+	if err := c.writeQuery(sql); err != nil {
+		return fmt.Errorf("write query: %w", err)
+	}
+	var st replyState
+	for {
+		typ, _, err := c.R.Next()
+		if err != nil {
+			return fmt.Errorf("read reply: %w", err)
+		}
+		if typ == 'Z' {
+			return c.readyForQuery(&st)
+		}
+		if err := c.replyMessage(typ, sql == "", row, &st); err != nil {
+			return err
+		}
+	}
+}
+
+// bound gives the socket the deadline of a query of the pooler's own: the
+// sooner of timeout and ctx's deadline, and at once when ctx is cancelled.
+// restore clears it again; it returns the query's error, or ctx's when
+// the cancellation cut the query short, or the clearing's.
+func (c *Conn) bound(ctx context.Context, timeout time.Duration) (restore func(error) error, err error) {
 	deadline := time.Now().Add(timeout)
 	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
 		deadline = d
 	}
 	nc := c.netConn
 	if err := nc.SetDeadline(deadline); err != nil {
-		return fmt.Errorf("set deadline: %w", err)
+		return nil, fmt.Errorf("set deadline: %w", err)
 	}
 	stop := context.AfterFunc(ctx, func() { _ = nc.SetDeadline(time.Unix(1, 0)) })
-	defer func() {
+	return func(err error) error {
 		if !stop() && err == nil {
 			err = ctx.Err()
 		}
 		if derr := nc.SetDeadline(time.Time{}); derr != nil && err == nil {
 			err = fmt.Errorf("clear deadline: %w", derr)
 		}
-	}()
+		return err
+	}, nil
+}
 
+// writeQuery writes sql as a Query message and flushes it; an empty sql is
+// a Query with an empty string, which the server answers with
+// EmptyQueryResponse.
+func (c *Conn) writeQuery(sql string) error {
+	var err error
 	if sql == "" {
 		// Query message with an empty query string: 'Q', length 5, "\x00".
 		_, err = c.W.Write([]byte{'Q', 0, 0, 0, 5, 0})
@@ -323,84 +358,88 @@ func (c *Conn) query(ctx context.Context, timeout time.Duration, sql string, row
 		_, err = c.W.Write(append(b, 0))
 	}
 	if err != nil {
-		return fmt.Errorf("write query: %w", err)
+		return err
 	}
-	if err := c.W.Flush(); err != nil {
-		return fmt.Errorf("write query: %w", err)
+	return c.W.Flush()
+}
+
+// replyState is what query has seen of the reply so far.
+type replyState struct {
+	failed error // the first error: the statement's, or row's
+	done   bool  // the reply the statement owes came (EmptyQueryResponse or CommandComplete)
+}
+
+// replyMessage handles one message of a query's reply before its
+// ReadyForQuery, whose header has just been read. An error of the
+// statement's, or of row, is kept in st and the reply read on to
+// ReadyForQuery, so the connection stays in sync; an error returned means
+// it is not.
+func (c *Conn) replyMessage(typ byte, ping bool, row func([]byte) error, st *replyState) error {
+	switch typ {
+	case 'I', 'C': // EmptyQueryResponse, CommandComplete
+		st.done = st.done || (typ == 'I') == ping
+		return c.skipReply()
+	case 'T', 'N', 'A': // RowDescription, NoticeResponse, NotificationResponse
+		return c.skipReply()
+	case 'D', 'S', 'E': // DataRow, ParameterStatus, ErrorResponse: read below
+	default:
+		return fmt.Errorf("unexpected message type %q", typ)
 	}
-	var failed error
-	done := false // the reply the statement owes came (EmptyQueryResponse or CommandComplete)
-	for {
-		typ, _, err := c.R.Next()
-		if err != nil {
-			return fmt.Errorf("read reply: %w", err)
+	body, err := c.R.Body()
+	if err != nil {
+		return fmt.Errorf("read reply: %w", err)
+	}
+	switch typ {
+	case 'D':
+		rerr := errors.New("unexpected DataRow")
+		if row != nil {
+			rerr = row(body)
 		}
-		switch typ {
-		case 'I', 'C': // EmptyQueryResponse, CommandComplete
-			done = done || (typ == 'I') == (sql == "")
-			if err := c.R.Skip(); err != nil {
-				return fmt.Errorf("read reply: %w", err)
-			}
-		case 'T': // RowDescription
-			if err := c.R.Skip(); err != nil {
-				return fmt.Errorf("read reply: %w", err)
-			}
-		case 'D': // DataRow
-			body, err := c.R.Body()
-			if err != nil {
-				return fmt.Errorf("read reply: %w", err)
-			}
-			var rerr error
-			if row == nil {
-				rerr = errors.New("unexpected DataRow")
-			} else {
-				rerr = row(body)
-			}
-			if rerr != nil && failed == nil {
-				failed = rerr // read on to ReadyForQuery, so the connection stays in sync
-			}
-		case 'Z': // ReadyForQuery
-			body, err := c.R.Body()
-			if err != nil {
-				return fmt.Errorf("read reply: %w", err)
-			}
-			if failed != nil {
-				if se, ok := failed.(*ServerError); ok && len(body) == 1 {
-					se.status = body[0]
-				}
-				return failed
-			}
-			if !done || len(body) != 1 || body[0] != 'I' {
-				return fmt.Errorf("unexpected ReadyForQuery (status %q, reply seen %v)", body, done)
-			}
-			return nil
-		case 'S': // ParameterStatus
-			body, err := c.R.Body()
-			if err != nil {
-				return fmt.Errorf("read reply: %w", err)
-			}
-			if name, rest, ok := wire.CString(body); ok {
-				if val, _, ok := wire.CString(rest); ok {
-					c.SetParam(string(name), string(val))
-				}
-			}
-		case 'N', 'A': // NoticeResponse, NotificationResponse
-			if err := c.R.Skip(); err != nil {
-				return fmt.Errorf("read reply: %w", err)
-			}
-		case 'E':
-			body, err := c.R.Body()
-			if err != nil {
-				return fmt.Errorf("read reply: %w", err)
-			}
-			if failed == nil {
-				failed = &ServerError{msg: errorMessage(body)}
-			}
-			done = true
-		default:
-			return fmt.Errorf("unexpected message type %q", typ)
+		if rerr != nil && st.failed == nil {
+			st.failed = rerr
 		}
+	case 'S':
+		if name, rest, ok := wire.CString(body); ok {
+			if val, _, ok := wire.CString(rest); ok {
+				c.SetParam(string(name), string(val))
+			}
+		}
+	case 'E':
+		if st.failed == nil {
+			st.failed = &ServerError{msg: errorMessage(body)}
+		}
+		st.done = true
 	}
+	return nil
+}
+
+// skipReply passes over the reply message whose header was just read.
+func (c *Conn) skipReply() error {
+	if err := c.R.Skip(); err != nil {
+		return fmt.Errorf("read reply: %w", err)
+	}
+	return nil
+}
+
+// readyForQuery reads the ReadyForQuery that ends a query's reply and
+// returns the query's outcome: its first error (a statement's carries the
+// transaction status that followed it), or nil when the statement
+// completed and the connection is idle.
+func (c *Conn) readyForQuery(st *replyState) error {
+	body, err := c.R.Body()
+	if err != nil {
+		return fmt.Errorf("read reply: %w", err)
+	}
+	if st.failed != nil {
+		if se, ok := st.failed.(*ServerError); ok && len(body) == 1 {
+			se.status = body[0]
+		}
+		return st.failed
+	}
+	if !st.done || len(body) != 1 || body[0] != 'I' {
+		return fmt.Errorf("unexpected ReadyForQuery (status %q, reply seen %v)", body, st.done)
+	}
+	return nil
 }
 
 // ServerError is the error of a statement Query ran: the server answered,

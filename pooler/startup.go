@@ -339,6 +339,46 @@ func parseOptions(opts string, into map[string]string) *PGError {
 // AuthenticationOk, ParameterStatus, BackendKeyData and ReadyForQuery.
 // authenticated is called once the client has proved its identity.
 func (s *session) login(ctx context.Context, sp *startupParams, authenticated func()) error {
+	if err := s.admit(sp); err != nil {
+		return err
+	}
+	s.user, s.database = sp.user, sp.db
+	s.log = s.logger(true)
+	if err := s.authenticate(ctx, sp); err != nil {
+		return err
+	}
+	authenticated()
+	if c := s.p.console(); c != nil && c.IsConsole(sp.db) {
+		return s.loginConsole(c, sp)
+	}
+	s.cr.SetMaxLen(s.p.cfg.MaxMessageLen)
+	// AuthenticationOk goes out with whatever comes next, the greeting or
+	// an error: PostgreSQL too says a client is authenticated before it
+	// checks the database and applies the startup parameters.
+	if err := s.writeClient(authenticationOk); err != nil {
+		return err
+	}
+	if err := s.choosePool(ctx, sp); err != nil {
+		return err
+	}
+	defaults, err := s.serverDefaults(ctx, sp)
+	if err != nil {
+		return err
+	}
+	if s.desired == nil {
+		// Transaction mode: the greeting reports the client's values in the
+		// server's spelling (see greeting.go).
+		if err := s.canonicalStartup(ctx, defaults, sp); err != nil {
+			return s.fail(asFatal(err))
+		}
+	}
+	return s.greet(defaults, sp)
+}
+
+// admit counts the client against the pooler's limits (TLS required,
+// max_clients) and tells it which protocol options it does not know. A
+// refusal has been written to the client when it returns an error.
+func (s *session) admit(sp *startupParams) error {
 	p := s.p
 	if s.peer.RequireTLS && !s.secure {
 		return s.fail(fatal(pgproto.CodeInvalidAuthSpec, "TLS is required: connect with sslmode=require", nil))
@@ -350,52 +390,50 @@ func (s *session) login(ctx context.Context, sp *startupParams, authenticated fu
 	s.counted = true
 	p.m.clients.Inc()
 	p.m.sessions.WithLabelValues(s.peer.Transport).Inc()
-
 	if sp.minor > pgproto.ProtocolMinor || len(sp.unknown) > 0 {
-		if err := s.send(&pgproto3.NegotiateProtocolVersion{NewestMinorProtocol: pgproto.ProtocolMinor, UnrecognizedOptions: sp.unknown}); err != nil {
-			return err
-		}
+		return s.send(&pgproto3.NegotiateProtocolVersion{NewestMinorProtocol: pgproto.ProtocolMinor, UnrecognizedOptions: sp.unknown})
 	}
-	s.user, s.database = sp.user, sp.db
-	s.log = s.logger(true)
+	return nil
+}
 
+// authenticate has the client prove its identity: a trusted edge's word
+// for it (edgetrust.go), or the configured authenticator's exchange. The
+// error the client is shown never says whether the user exists.
+func (s *session) authenticate(ctx context.Context, sp *startupParams) error {
 	trusted, refusal := s.edgeLogin(sp)
 	if refusal != nil {
 		return s.fail(refusal)
 	}
-	if !trusted && p.cfg.Auth != nil {
-		if err := p.cfg.Auth.Authenticate(ctx, s, sp.user, s.peer.Addr); err != nil {
-			var pe *PGError
-			var coded interface{ SQLState() string }
-			switch {
-			case errors.As(err, &pe):
-				return s.fail(pe)
-			case errors.As(err, &coded):
-				// The authenticator's error text is written to be shown to
-				// the client (it never says whether the user exists).
-				s.log.Info("authentication failed", "err", err)
-				return s.fail(fatal(coded.SQLState(), err.Error(), err))
-			case errors.Is(err, ErrAuthFailed):
-				return s.fail(fatal(pgproto.CodeInvalidPassword, fmt.Sprintf("password authentication failed for user %q", sp.user), err))
-			case ctx.Err() != nil:
-				return err
-			}
-			return s.fail(fatal(pgproto.CodeProtocolViolation, "authentication exchange failed", err))
-		}
+	auth := s.p.cfg.Auth
+	if trusted || auth == nil {
+		return nil
 	}
-	authenticated()
-	if c := p.console(); c != nil && c.IsConsole(sp.db) {
-		return s.loginConsole(c, sp)
+	err := auth.Authenticate(ctx, s, sp.user, s.peer.Addr)
+	if err == nil {
+		return nil
 	}
-	s.cr.SetMaxLen(p.cfg.MaxMessageLen)
-	// AuthenticationOk goes out with whatever comes next, the greeting or
-	// an error: PostgreSQL too says a client is authenticated before it
-	// checks the database and applies the startup parameters.
-	if err := s.writeClient(authenticationOk); err != nil {
+	var pe *PGError
+	var coded interface{ SQLState() string }
+	switch {
+	case errors.As(err, &pe):
+		return s.fail(pe)
+	case errors.As(err, &coded):
+		// The authenticator's error text is written to be shown to
+		// the client (it never says whether the user exists).
+		s.log.Info("authentication failed", "err", err)
+		return s.fail(fatal(coded.SQLState(), err.Error(), err))
+	case errors.Is(err, ErrAuthFailed):
+		return s.fail(fatal(pgproto.CodeInvalidPassword, fmt.Sprintf("password authentication failed for user %q", sp.user), err))
+	case ctx.Err() != nil:
 		return err
 	}
+	return s.fail(fatal(pgproto.CodeProtocolViolation, "authentication exchange failed", err))
+}
 
-	pool, err := p.pools.Pool(ctx, sp.db, sp.user)
+// choosePool finds the pool of the client's database and user, or refuses
+// the client.
+func (s *session) choosePool(ctx context.Context, sp *startupParams) error {
+	pool, err := s.p.pools.Pool(ctx, sp.db, sp.user)
 	if errors.Is(err, backend.ErrTooManyPools) {
 		return s.fail(fatal(pgproto.CodeTooManyConnections, fmt.Sprintf("sorry, too many pools already: no pool for database %q user %q (max_pools)", sp.db, sp.user), err))
 	}
@@ -403,53 +441,57 @@ func (s *session) login(ctx context.Context, sp *startupParams, authenticated fu
 		return s.fail(fatal(pgproto.CodeInvalidCatalogName, fmt.Sprintf("database %q does not exist for user %q in the pooler", sp.db, sp.user), err))
 	}
 	s.pool = pool
+	return nil
+}
 
-	// The greeting reports the server's parameters as a connection of the
-	// pool got them at login: the newest one's, or, when the pool has no
-	// connection, those of one opened now (in session mode the client's own
-	// server connection, kept for the whole session). Nothing is cached
-	// beyond the connection it came from, so a changed database default
-	// reaches new clients once the old connections are gone.
-	defaults := pool.ServerParams()
-	if defaults == nil || p.cfg.Mode == ModeSession {
-		conn, _, err := s.acquireConn(ctx, pipeBatch{})
-		if err != nil {
-			return s.fail(asFatal(err))
-		}
-		defaults = conn.ServerDefaults
-		if p.cfg.Mode == ModeSession {
-			s.initDesired(defaults, sp.params)
-			if _, err := s.syncParams(ctx, conn); err != nil {
-				conn.Release()
-				return s.fail(asFatal(err))
-			}
-			// The client holds this server for its whole session, so it gets
-			// the server's own process ID: pg_terminate_backend and
-			// pg_stat_activity then mean what the client expects.
-			p.rekey(s, conn.PID)
-			s.mu.Lock()
-			s.startAttachmentLocked(conn, nil)
-			s.lastRequest = time.Now() // until the first request stamps it
-			s.mu.Unlock()
+// serverDefaults returns the server's parameters the greeting reports, as
+// a connection of the pool got them at login: the newest one's, or, when
+// the pool has no connection, those of one opened now (in session mode
+// the client's own server connection, kept for the whole session, which
+// it attaches). Nothing is cached beyond the connection it came from, so
+// a changed database default reaches new clients once the old
+// connections are gone.
+func (s *session) serverDefaults(ctx context.Context, sp *startupParams) (map[string]string, error) {
+	p := s.p
+	defaults := s.pool.ServerParams()
+	if defaults != nil && p.cfg.Mode != ModeSession {
+		return defaults, nil
+	}
+	conn, _, err := s.acquireConn(ctx, pipeBatch{})
+	if err != nil {
+		return nil, s.fail(asFatal(err))
+	}
+	defaults = conn.ServerDefaults
+	if p.cfg.Mode != ModeSession {
+		if !p.learnOn(ctx, conn) {
+			conn.Destroy()
 		} else {
-			if !p.learnOn(ctx, conn) {
-				conn.Destroy()
-			} else {
-				conn.Release()
-			}
+			conn.Release()
 		}
+		return defaults, nil
 	}
-	if s.desired == nil {
-		// Transaction mode: the greeting reports the client's values in the
-		// server's spelling (see greeting.go).
-		if err := s.canonicalStartup(ctx, defaults, sp); err != nil {
-			return s.fail(asFatal(err))
-		}
+	s.initDesired(defaults, sp.params)
+	if _, err := s.syncParams(ctx, conn); err != nil {
+		conn.Release()
+		return nil, s.fail(asFatal(err))
 	}
+	// The client holds this server for its whole session, so it gets
+	// the server's own process ID: pg_terminate_backend and
+	// pg_stat_activity then mean what the client expects.
+	p.rekey(s, conn.PID)
+	s.mu.Lock()
+	s.startAttachmentLocked(conn, nil)
+	s.lastRequest = time.Now() // until the first request stamps it
+	s.mu.Unlock()
+	return defaults, nil
+}
 
+// greet writes the greeting, the server's parameters, the client's cancel
+// key and ReadyForQuery, in one write, and marks the session logged in.
+func (s *session) greet(defaults map[string]string, sp *startupParams) error {
 	buf := s.appendGreeting(s.scratch[:0], defaults)
 	bkd := pgproto3.BackendKeyData{ProcessID: s.pid, SecretKey: s.secret[:]}
-	buf, err = bkd.Encode(buf)
+	buf, err := bkd.Encode(buf)
 	if err != nil {
 		return fmt.Errorf("encoding BackendKeyData: %w", err)
 	}
