@@ -86,107 +86,153 @@ func (c *classifier) head() {
 	if t.kind != tIdent {
 		return
 	}
+	var buf [len("deallocate")]byte // the longest keyword below
+	w, ok := lowerKeyword(c.src[t.start:t.end], buf[:])
+	if !ok {
+		return
+	}
 	st := &c.st
-	w := c.src[t.start:t.end]
-	switch {
-	case eqFold(w, "set"):
+	switch string(w) {
+	case "set":
 		c.set()
-	case eqFold(w, "reset"):
+	case "reset":
 		c.reset()
-	case eqFold(w, "begin"):
+	case "begin":
 		st.Flags |= Begin
-	case eqFold(w, "start"):
+	case "start":
 		if c.is(c.next(), "transaction") {
 			st.Flags |= Begin
 		}
-	case eqFold(w, "commit"):
-		if c.is(c.peek(), "prepared") {
-			c.next()
-			st.Flags |= CommitPrepared
-			c.name(c.next())
-		} else {
-			st.Flags |= Commit | c.chain()
-		}
-	case eqFold(w, "end"):
+	case "commit":
+		c.commit()
+	case "end":
 		st.Flags |= Commit | c.chain()
-	case eqFold(w, "abort"):
+	case "abort":
 		st.Flags |= Rollback | c.chain()
-	case eqFold(w, "rollback"):
+	case "rollback":
 		c.rollback()
-	case eqFold(w, "savepoint"):
+	case "savepoint":
 		st.Flags |= Savepoint
 		c.name(c.next())
-	case eqFold(w, "release"):
+	case "release":
 		st.Flags |= Release
 		c.name(c.skipOptional("savepoint"))
-	case eqFold(w, "prepare"):
-		if n := c.next(); c.is(n, "transaction") && c.peek().kind == tString {
-			st.Flags |= PrepareTransaction
-			c.name(c.next())
-		} else {
-			st.Flags |= Prepare
-			c.name(n)
-		}
-	case eqFold(w, "execute"):
+	case "prepare":
+		c.prepare()
+	case "execute":
 		st.Flags |= Execute
 		c.name(c.next())
-	case eqFold(w, "deallocate"):
-		st.Flags |= Deallocate
-		if n := c.skipOptional("prepare"); c.is(n, "all") {
-			st.Flags |= DeallocateAll
-		} else {
-			c.name(n)
-		}
-	case eqFold(w, "discard"):
-		switch n := c.next(); {
-		case c.is(n, "all"):
-			st.Flags |= DiscardAll
-		case c.is(n, "plans"):
-			st.Flags |= DiscardPlans
-		case c.is(n, "sequences"):
-			st.Flags |= DiscardSequences
-		case c.is(n, "temp"), c.is(n, "temporary"):
-			st.Flags |= DiscardTemp
-		}
-	case eqFold(w, "copy"):
+	case "deallocate":
+		c.deallocate()
+	case "discard":
+		c.discard()
+	case "copy":
 		st.Flags |= Copy
-	case eqFold(w, "listen"):
+	case "listen":
 		st.Flags |= Listen
 		c.name(c.next())
-	case eqFold(w, "unlisten"):
-		st.Flags |= Unlisten
-		if n := c.next(); c.isOp(n, "*") {
-			c.setName("*")
-		} else {
-			c.name(n)
-		}
-	case eqFold(w, "notify"):
+	case "notify":
 		st.Flags |= Notify
 		c.name(c.next())
-	case eqFold(w, "declare"):
+	case "unlisten":
+		c.unlisten()
+	case "declare":
 		c.declare()
-	case eqFold(w, "create"):
+	case "create":
 		st.Flags |= SchemaChange
 		c.create()
-	case eqFold(w, "do"):
+	case "do":
 		st.Flags |= DoBlock
-	case eqFold(w, "call"):
+	case "call":
 		st.Flags |= Call
-	case eqFold(w, "load"):
+	case "load":
 		st.Flags |= Load
-	case eqFold(w, "analyze"), eqFold(w, "analyse"), eqFold(w, "vacuum"), eqFold(w, "cluster"), eqFold(w, "reindex"):
+	case "analyze", "analyse", "vacuum", "cluster", "reindex":
 		st.Flags |= Maintenance
-	case eqFold(w, "close"):
+	case "close":
 		st.Flags |= CloseCursor
 		if n := c.next(); !c.is(n, "all") {
 			c.name(n)
 		}
-	case eqFold(w, "drop"):
+	case "drop":
 		st.Flags |= Drop | SchemaChange
-	case eqFold(w, "alter"):
+	case "alter":
 		st.Flags |= SchemaChange
-	case eqFold(w, "explain"):
+	case "explain":
 		c.explain()
+	}
+}
+
+// lowerKeyword copies word into buf in lower case (ASCII letters only, as
+// eqFold compares) and reports false when it is longer than buf, so no
+// keyword head looks for.
+func lowerKeyword(word string, buf []byte) ([]byte, bool) {
+	if len(word) > len(buf) {
+		return nil, false
+	}
+	for i := 0; i < len(word); i++ {
+		ch := word[i]
+		if 'A' <= ch && ch <= 'Z' {
+			ch += 'a' - 'A'
+		}
+		buf[i] = ch
+	}
+	return buf[:len(word)], true
+}
+
+// commit is COMMIT [AND [NO] CHAIN] or COMMIT PREPARED 'gid'.
+func (c *classifier) commit() {
+	if c.is(c.peek(), "prepared") {
+		c.next()
+		c.st.Flags |= CommitPrepared
+		c.name(c.next())
+		return
+	}
+	c.st.Flags |= Commit | c.chain()
+}
+
+// prepare is PREPARE name AS ... or PREPARE TRANSACTION 'gid'.
+func (c *classifier) prepare() {
+	if n := c.next(); c.is(n, "transaction") && c.peek().kind == tString {
+		c.st.Flags |= PrepareTransaction
+		c.name(c.next())
+	} else {
+		c.st.Flags |= Prepare
+		c.name(n)
+	}
+}
+
+// deallocate is DEALLOCATE [PREPARE] name or DEALLOCATE [PREPARE] ALL.
+func (c *classifier) deallocate() {
+	c.st.Flags |= Deallocate
+	if n := c.skipOptional("prepare"); c.is(n, "all") {
+		c.st.Flags |= DeallocateAll
+	} else {
+		c.name(n)
+	}
+}
+
+// discard is DISCARD ALL, PLANS, SEQUENCES or TEMP[ORARY].
+func (c *classifier) discard() {
+	switch n := c.next(); {
+	case c.is(n, "all"):
+		c.st.Flags |= DiscardAll
+	case c.is(n, "plans"):
+		c.st.Flags |= DiscardPlans
+	case c.is(n, "sequences"):
+		c.st.Flags |= DiscardSequences
+	case c.is(n, "temp"), c.is(n, "temporary"):
+		c.st.Flags |= DiscardTemp
+	}
+}
+
+// unlisten is UNLISTEN channel or UNLISTEN *.
+func (c *classifier) unlisten() {
+	c.st.Flags |= Unlisten
+	if n := c.next(); c.isOp(n, "*") {
+		c.setName("*")
+	} else {
+		c.name(n)
 	}
 }
 
