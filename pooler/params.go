@@ -489,13 +489,26 @@ func (s *session) setRestore(k, v string) {
 // the connection goes back to the pool once its ReadyForQuery arrives,
 // which follows the client's own at once. s.mu must be held.
 //
-// Nothing follows a message that may have started COPY FROM STDIN: a Query
-// arriving while the server waits for copy data would fail the COPY. The
-// query then waits for the client's next synchronisation message.
+// Nothing follows a COPY whose data the client has not ended (CopyDone,
+// CopyFail): a Query arriving while the server waits for copy data would
+// fail the COPY, and until its reply the pooler cannot tell a COPY FROM
+// STDIN from a COPY TO or one that fails to start. The query is then owed
+// (a.followOwed): the connection stays the session's, not released at its
+// ReadyForQuery, until the owner sends the query once the COPY's
+// ReadyForQuery has come (followAtRest), or the client's next
+// synchronisation message does; the client's settings are only on this
+// server until they are read back. (Were a relay goroutine reading the
+// replies while the owner waits for the client, that next message is
+// what sends it: the client holds the connection meanwhile.)
 func (s *session) followLocked(a *attachment) error {
-	if (len(s.restore) == 0 && !s.snapshot) || a.copy {
+	if len(s.restore) == 0 && !s.snapshot {
 		return nil
 	}
+	if a.copyOpen {
+		a.followOwed = true
+		return nil
+	}
+	a.followOwed = false
 	q := &paramQuery{follow: true}
 	var b strings.Builder
 	if len(s.restore) > 0 {
@@ -535,6 +548,25 @@ func (s *session) followLocked(a *attachment) error {
 	s.push(a, entry{kind: eQuery, quiet: true, params: q})
 	a.st.stmts.DropUnnamed() // a simple Query destroys the unnamed statement
 	return s.writeServer(a, appendQuery(nil, b.String()))
+}
+
+// followAtRest sends the parameter query a COPY held back (followLocked)
+// once the connection is at rest, so it can go back to the pool: the owner
+// calls it before it waits for the client, and reports whether it staged
+// the query (its replies are then read like any others).
+func (s *session) followAtRest(ctx context.Context) (bool, error) {
+	s.mu.Lock()
+	a := s.att
+	if a == nil || !a.followOwed || a.released || a.closing || a.copyOpen || a.pending() != 0 || a.status != 'I' {
+		s.mu.Unlock()
+		return false, nil
+	}
+	err := s.followLocked(a)
+	s.mu.Unlock()
+	if err == nil {
+		err = s.sendOut(ctx)
+	}
+	return true, err
 }
 
 // sessionQuery forwards a simple Query in session mode, where the server

@@ -70,6 +70,10 @@ type attachment struct {
 	// probeOwed says the probe was due but held back behind a COPY
 	// (probeLocked).
 	probeOwed bool
+	// followOwed says the parameter query due after the client's request
+	// was held back behind a COPY (followLocked): the connection is not
+	// released before it has run.
+	followOwed bool
 	// catalogGen is the catalog watch's generation when the attachment
 	// began (overlapsDDLLocked).
 	catalogGen uint64

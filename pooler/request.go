@@ -51,6 +51,11 @@ func (s *session) loop(ctx context.Context) error {
 			if s.serveReplies() {
 				continue
 			}
+			if sent, err := s.followAtRest(ctx); err != nil {
+				return err
+			} else if sent {
+				continue
+			}
 		}
 		if s.early != nil { // a 0-RTT request answered, or to run now (zerortt.go)
 			if err := s.earlyDone(ctx); err != nil {
@@ -804,7 +809,7 @@ func (s *session) releasable(a *attachment) bool {
 	if a.status != 'I' {
 		return false // inside a transaction, or a failed one awaiting ROLLBACK
 	}
-	return a.closing || (s.p.cfg.Mode == ModeTransaction && !s.pinned)
+	return a.closing || (s.p.cfg.Mode == ModeTransaction && !s.pinned && !a.followOwed)
 }
 
 // finishRelease returns a's connection to its pool once the owner has no
