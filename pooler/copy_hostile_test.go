@@ -68,6 +68,11 @@ func TestSessionStateBehindCopy(t *testing.T) {
 			{"ExtendedCopyTo/work_mem", extCopyTo, []pgproto3.FrontendMessage{qm("SET work_mem = '8MB'")}, "work_mem", "8MB"},
 			{"CopyFromWithData/work_mem", copyFrom, []pgproto3.FrontendMessage{qm("SET work_mem = '9MB'")}, "work_mem", "9MB"},
 			{"CopyFromWithData/application_name", copyFrom, []pgproto3.FrontendMessage{qm("SET application_name = 'copyh_f'")}, "application_name", "copyh_f"},
+			// An earlier SET's read-back, answered after the owed one was
+			// held back, must not stand in for it: it ran before the
+			// second SET.
+			{"SetCopySet/work_mem", append([]pgproto3.FrontendMessage{qm("SET work_mem = '3MB'")}, copyTo...),
+				[]pgproto3.FrontendMessage{qm("SET work_mem = '11MB'")}, "work_mem", "11MB"},
 			{"InBlock/work_mem", []pgproto3.FrontendMessage{qm("BEGIN"), qm("COPY (SELECT 1) TO STDOUT")},
 				[]pgproto3.FrontendMessage{qm("SET work_mem = '13MB'"), qm("COMMIT")}, "work_mem", "13MB"},
 		} {

@@ -501,7 +501,14 @@ func (s *session) setRestore(k, v string) {
 // replies while the owner waits for the client, that next message is
 // what sends it: the client holds the connection meanwhile.)
 func (s *session) followLocked(a *attachment) error {
+	if a.followOwed && !a.copyOpen && s.p.cfg.Mode == ModeTransaction {
+		// Read what was owed now, whatever read-back of an earlier
+		// request was answered meanwhile (its answer cleared s.snapshot,
+		// but was read before the owed request ran).
+		s.snapshot = true
+	}
 	if len(s.restore) == 0 && !s.snapshot {
+		a.followOwed = false
 		return nil
 	}
 	if a.copyOpen {
@@ -562,11 +569,12 @@ func (s *session) followAtRest(ctx context.Context) (bool, error) {
 		return false, nil
 	}
 	err := s.followLocked(a)
+	staged := a.pending() != 0
 	s.mu.Unlock()
 	if err == nil {
 		err = s.sendOut(ctx)
 	}
-	return true, err
+	return staged, err
 }
 
 // sessionQuery forwards a simple Query in session mode, where the server
