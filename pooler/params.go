@@ -508,14 +508,14 @@ func (s *session) followLocked(a *attachment) error {
 		s.snapshot = true
 	}
 	if len(s.restore) == 0 && !s.snapshot {
-		a.followOwed = false
+		a.followOwed, s.followDue = false, false
 		return nil
 	}
 	if a.copyOpen {
-		a.followOwed = true
+		a.followOwed, s.followDue = true, true
 		return nil
 	}
-	a.followOwed = false
+	a.followOwed, s.followDue = false, false
 	q := &paramQuery{follow: true}
 	var b strings.Builder
 	if len(s.restore) > 0 {
@@ -560,11 +560,21 @@ func (s *session) followLocked(a *attachment) error {
 // followAtRest sends the parameter query a COPY held back (followLocked)
 // once the connection is at rest, so it can go back to the pool: the owner
 // calls it before it waits for the client, and reports whether it staged
-// the query (its replies are then read like any others).
+// the query (its replies are then read like any others). Only while one
+// is owed (s.followDue, which only the owner touches) does it take s.mu:
+// the common request pays one field test.
 func (s *session) followAtRest(ctx context.Context) (bool, error) {
+	if !s.followDue {
+		return false, nil
+	}
 	s.mu.Lock()
 	a := s.att
-	if a == nil || !a.followOwed || a.released || a.closing || a.copyOpen || a.pending() != 0 || a.status != 'I' {
+	if a == nil || a.released || !a.followOwed {
+		s.followDue = false // the attachment that owed it is gone
+		s.mu.Unlock()
+		return false, nil
+	}
+	if a.closing || a.copyOpen || a.pending() != 0 || a.status != 'I' {
 		s.mu.Unlock()
 		return false, nil
 	}

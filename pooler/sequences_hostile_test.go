@@ -64,9 +64,10 @@ func TestSequenceStateNotSharedHostile(t *testing.T) {
 	bindRd := []pgproto3.FrontendMessage{&pgproto3.Bind{PreparedStatement: "rd"}, &pgproto3.Execute{}}
 
 	// COPY FROM STDIN leaves the connection with a.copyOpen set until the
-	// client ends its data, and the sync-segment check is skipped while it
-	// is: a batch right after the COPY, with A's nextval before the COPY or
-	// between it and the batch, must still be checked.
+	// client ends its data, and the sync-segment check is skipped while
+	// the server waits for that data: a batch right after the COPY, with
+	// A's nextval before the COPY or between it and the batch, must still
+	// be checked.
 	t.Run("CopyFromThenBatch", func(t *testing.T) {
 		b := pgConnect(ctx, t, h)
 		for _, between := range []bool{false, true} {

@@ -63,6 +63,7 @@ type session struct {
 	skipping      bool              // dropping messages until Sync after an error the pooler raised
 	lastSync      bool              // the last client message was Sync, Query, FunctionCall, CopyDone or CopyFail
 	segOpen       bool              // an extended-protocol message came after the last Sync, Query or FunctionCall: the server is inside the client's sync segment
+	followDue     bool              // owner-only: an attachment's parameter query is owed (a.followOwed), so followAtRest takes s.mu to look
 	wlocked       bool              // owner holds wmu
 	wconn         *backend.Conn     // connection whose writer the owner must flush
 	flushRider    *lanes.Rider      // the rider whose writing a deferred flush ends (flushOnRead); owner only
