@@ -9,6 +9,7 @@ import (
 
 	"github.com/pgquic/pgquic/internal/pgproto"
 	"github.com/pgquic/pgquic/internal/wire"
+	"github.com/pgquic/pgquic/pooler/startup"
 )
 
 // The admin console hook: a client whose StartupMessage names one of the
@@ -101,17 +102,17 @@ var ErrProtocol = errors.New("protocol violation")
 // loginConsole finishes the login of a client that asked for the console:
 // it refuses users the console does not allow, with PgBouncer's FATAL 08P01
 // "not allowed", and greets the others.
-func (s *session) loginConsole(c Console, sp *startupParams) error {
-	if !c.Allowed(sp.user) {
+func (s *session) loginConsole(c Console, sp *startup.Params) error {
+	if !c.Allowed(sp.User) {
 		s.log.Info("admin console refused: user not in admin_users")
 		pe := fatal(pgproto.CodeProtocolViolation, "not allowed", nil)
-		pe.Detail = fmt.Sprintf("User %q may not use the admin console database %q.", sp.user, sp.db)
+		pe.Detail = fmt.Sprintf("User %q may not use the admin console database %q.", sp.User, sp.Database)
 		pe.Hint = "Add the user to admin_users (--admin-users)."
 		return s.fail(pe)
 	}
 	s.cr.SetMaxLen(consoleMaxMessage)
 	s.console = c
-	s.appName = sp.params["application_name"]
+	s.appName = sp.Settings["application_name"]
 	s.listed.Store(true)
 	msgs := []pgproto3.BackendMessage{&pgproto3.AuthenticationOk{}}
 	for _, kv := range consoleParams {

@@ -7,6 +7,7 @@ import (
 	"github.com/pgquic/pgquic/internal/front"
 	"github.com/pgquic/pgquic/internal/pgauth"
 	"github.com/pgquic/pgquic/internal/pgproto"
+	"github.com/pgquic/pgquic/pooler/startup"
 )
 
 // EdgeTrust says which client certificates are trusted edges and what each
@@ -29,7 +30,7 @@ type EdgeTrust interface {
 // with the edge's fingerprint; a certificate that is not a trusted edge's
 // (or none) asserts nothing, and the session authenticates as usual. The
 // admin console counts only when the grant names it, not through "*".
-func (s *session) edgeLogin(sp *startupParams) (trusted bool, refusal *PGError) {
+func (s *session) edgeLogin(sp *startup.Params) (trusted bool, refusal *PGError) {
 	certs := s.peer.ClientCerts
 	if s.p.cfg.EdgeTrust == nil || len(certs) == 0 || certs[0] == nil {
 		return false, nil
@@ -39,15 +40,15 @@ func (s *session) edgeLogin(sp *startupParams) (trusted bool, refusal *PGError) 
 		return false, nil
 	}
 	fp := front.Fingerprint(certs[0].Raw)
-	dbOK := g.AllowsDatabase(sp.db)
-	if c := s.p.console(); c != nil && c.IsConsole(sp.db) {
-		dbOK = g.ListsDatabase(sp.db)
+	dbOK := g.AllowsDatabase(sp.Database)
+	if c := s.p.console(); c != nil && c.IsConsole(sp.Database) {
+		dbOK = g.ListsDatabase(sp.Database)
 	}
-	if !g.AllowsUser(sp.user) || !dbOK {
+	if !g.AllowsUser(sp.User) || !dbOK {
 		s.log.Warn("refusing a session from a trusted edge: user or database outside its set",
-			"edge", fp, "edge_subject", pgauth.CertSubject(certs[0]), "edge_trust_line", g.Line, "user", sp.user, "database", sp.db)
+			"edge", fp, "edge_subject", pgauth.CertSubject(certs[0]), "edge_trust_line", g.Line, "user", sp.User, "database", sp.Database)
 		return false, fatal(pgproto.CodeInvalidAuthSpec,
-			fmt.Sprintf("edge certificate %.16s… is not allowed to open sessions for user %q on database %q", fp, sp.user, sp.db), nil)
+			fmt.Sprintf("edge certificate %.16s… is not allowed to open sessions for user %q on database %q", fp, sp.User, sp.Database), nil)
 	}
 	s.log.Debug("session started by a trusted edge", "edge", fp, "edge_subject", pgauth.CertSubject(certs[0]), "edge_trust_line", g.Line)
 	return true, nil

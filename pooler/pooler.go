@@ -27,6 +27,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/pgquic/pgquic/pooler/lanes"
+	"github.com/pgquic/pgquic/pooler/startup"
 )
 
 // Pooler runs client sessions against pooled server connections. Create it
@@ -56,7 +57,7 @@ type Pooler struct {
 	nextID atomic.Uint64
 	wg     sync.WaitGroup
 
-	starting startingLimiter              // sessions not yet authenticated (startup.go)
+	starting startup.Limiter              // sessions not yet authenticated (startup.go)
 	cancelWG sync.WaitGroup               // cancels sent for requests of sessions cut off (cancelOnServer)
 	tmo      liveTimeouts                 // the timeouts of cfg, replaceable (SetTimeouts)
 	ended    map[string]*DatabaseCounters // counts of ended sessions per database (guarded by mu)
@@ -65,9 +66,9 @@ type Pooler struct {
 	// at scrape time (obs.go). Both guarded by mu.
 	live       map[*session]struct{}
 	endedBytes map[string]*[2]uint64
-	canon      canonTable    // the server's spelling of clients' startup values (greeting.go)
-	stale      staleGens     // statements whose result type changed (stale.go)
-	lat        lanes.Latency // how fast each kind of query is answered (pipeline.go)
+	canon      startup.CanonTable // the server's spelling of clients' startup values (greeting.go)
+	stale      staleGens          // statements whose result type changed (stale.go)
+	lat        lanes.Latency      // how fast each kind of query is answered (pipeline.go)
 
 	// kills holds one AfterFunc per context sessions run on, by its Done
 	// channel (ctxkill.go). Guarded by mu.

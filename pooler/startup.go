@@ -7,8 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"strings"
-	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgproto3"
@@ -18,6 +16,7 @@ import (
 	"github.com/pgquic/pgquic/internal/pgauth"
 	"github.com/pgquic/pgquic/internal/pgproto"
 	"github.com/pgquic/pgquic/internal/wire"
+	"github.com/pgquic/pgquic/pooler/startup"
 )
 
 // Bounds on a client's authentication messages: PostgreSQL's own, defined
@@ -36,65 +35,10 @@ var errCancelHandled = errors.New("cancel request handled")
 // sessions (in all, or from its source) were still authenticating.
 var errTooManyStarting = errors.New("too many sessions still authenticating")
 
-// startingLimiter counts the sessions that have not finished authenticating,
-// in all and per source, for MaxStartingClients and MaxStartingPerSource.
-// Its zero value is ready to use.
-type startingLimiter struct {
-	mu       sync.Mutex
-	total    int
-	bySource map[string]int
-}
-
-// acquire takes a slot for a session from src. When a limit is reached it
-// returns false and the message to refuse the session with.
-func (l *startingLimiter) acquire(src string, maxTotal, maxPerSource int) (refusal string, ok bool) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	switch {
-	case l.bySource[src] >= maxPerSource:
-		return fmt.Sprintf("too many connections still authenticating from %s", src), false
-	case l.total >= maxTotal:
-		return "too many connections still authenticating", false
-	}
-	if l.bySource == nil {
-		l.bySource = make(map[string]int)
-	}
-	l.total++
-	l.bySource[src]++
-	return "", true
-}
-
-// release returns a slot taken by acquire.
-func (l *startingLimiter) release(src string) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.total--
-	if l.bySource[src]--; l.bySource[src] <= 0 {
-		delete(l.bySource, src) // the map holds only sources with sessions starting
-	}
-}
-
-// count returns the sessions holding a slot.
-func (l *startingLimiter) count() int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.total
-}
-
 // StartingSessions reports how many sessions have begun but not finished
 // authenticating, the number MaxStartingClients bounds. Fronts and tests use
 // it to see unauthenticated load.
-func (p *Pooler) StartingSessions() int { return p.starting.count() }
-
-// startupParams is what a StartupMessage asked for.
-type startupParams struct {
-	minor   uint16
-	user    string
-	db      string
-	params  map[string]string // run-time parameters to apply (GUCs)
-	unknown []string          // _pq_ protocol options we do not support
-	appName string
-}
+func (p *Pooler) StartingSessions() int { return p.starting.Count() }
 
 // startup runs the startup phase up to and including ReadyForQuery, or
 // returns the error that ended it (already reported to the client).
@@ -105,7 +49,7 @@ type startupParams struct {
 // stay silent cannot pile up beyond those limits.
 func (s *session) startup(ctx context.Context) error {
 	src := front.Source(s.peer.Addr) // IPv6 clients by their /64
-	if msg, ok := s.p.starting.acquire(src, s.p.cfg.MaxStartingClients, s.p.cfg.MaxStartingPerSource); !ok {
+	if msg, ok := s.p.starting.Acquire(src, s.p.cfg.MaxStartingClients, s.p.cfg.MaxStartingPerSource); !ok {
 		s.log.Info("refusing a session: too many still authenticating", "source", src)
 		return s.fail(fatal(pgproto.CodeTooManyConnections, msg, errTooManyStarting))
 	}
@@ -113,7 +57,7 @@ func (s *session) startup(ctx context.Context) error {
 	authenticated := func() {
 		if held {
 			held = false
-			s.p.starting.release(src)
+			s.p.starting.Release(src)
 		}
 	}
 	defer authenticated()
@@ -124,7 +68,10 @@ func (s *session) startup(ctx context.Context) error {
 	return s.login(ctx, sp, authenticated)
 }
 
-func (s *session) readStartup(ctx context.Context) (*startupParams, error) {
+// readStartup reads the startup phase's packets until the StartupMessage,
+// answering SSLRequest and GSSENCRequest and routing a CancelRequest, and
+// decodes it (startup.Parse).
+func (s *session) readStartup(ctx context.Context) (*startup.Params, error) {
 	for {
 		body, err := s.cr.ReadStartup()
 		if err != nil {
@@ -189,16 +136,16 @@ func (s *session) readStartup(ctx context.Context) (*startupParams, error) {
 				// that protocol's format, which is how PostgreSQL answers.
 				s.log.Info("refusing an old protocol version", "protocol", fmt.Sprintf("%d.%d", major, minor))
 				s.p.m.errors.WithLabelValues(pgproto.CodeFeatureNotSupported).Inc()
-				_ = s.writeRaw(appendV2Error(nil, msg))
+				_ = s.writeRaw(startup.AppendV2Error(nil, msg))
 				return nil, fatal(pgproto.CodeFeatureNotSupported, msg, nil)
 			}
 			return nil, s.fail(fatal(pgproto.CodeFeatureNotSupported, msg, nil))
 		}
-		sp, perr := parseStartup(body[4:])
+		sp, perr := startup.Parse(body[4:])
 		if perr != nil {
-			return nil, s.fail(perr)
+			return nil, s.fail(fatal(perr.Code, perr.Message, nil))
 		}
-		sp.minor = minor
+		sp.Minor = minor
 		return sp, nil
 	}
 }
@@ -229,126 +176,20 @@ func (s *session) badStartup(err error) error {
 	return fmt.Errorf("%w: %w", errBadStartup, err)
 }
 
-// appendV2Error appends a FATAL error in the format of protocol 2 ('E' and a
-// NUL-terminated text), which is how PostgreSQL refuses a client that asked
-// for protocol 2 or older.
-func appendV2Error(dst []byte, msg string) []byte {
-	dst = append(dst, 'E')
-	dst = append(dst, "FATAL:  "...)
-	dst = append(dst, msg...)
-	return append(dst, '\n', 0)
-}
-
-// parseStartup decodes the name/value pairs of a StartupMessage.
-func parseStartup(b []byte) (*startupParams, *PGError) {
-	sp := &startupParams{params: make(map[string]string)}
-	for {
-		name, rest, ok := wire.CString(b)
-		if !ok {
-			return nil, fatal(pgproto.CodeProtocolViolation, "invalid startup packet layout: expected terminator as last byte", nil)
-		}
-		if len(name) == 0 {
-			if len(rest) != 0 {
-				return nil, fatal(pgproto.CodeProtocolViolation, "invalid startup packet layout: expected terminator as last byte", nil)
-			}
-			break
-		}
-		val, rest2, ok := wire.CString(rest)
-		if !ok {
-			return nil, fatal(pgproto.CodeProtocolViolation, "invalid startup packet layout: missing value", nil)
-		}
-		b = rest2
-		k, v := string(name), string(val)
-		switch {
-		case k == "user":
-			sp.user = v
-		case k == "database":
-			sp.db = v
-		case k == "replication":
-			if v != "false" && v != "0" && v != "off" && v != "no" {
-				return nil, fatal(pgproto.CodeFeatureNotSupported, "replication connections are not supported by the pooler", nil)
-			}
-		case k == "options":
-			if err := parseOptions(v, sp.params); err != nil {
-				return nil, err
-			}
-		case strings.HasPrefix(k, "_pq_."):
-			sp.unknown = append(sp.unknown, k)
-		default:
-			sp.params[k] = v
-		}
-	}
-	if sp.user == "" {
-		return nil, fatal(pgproto.CodeInvalidAuthSpec, "no PostgreSQL user name specified in startup packet", nil)
-	}
-	if sp.db == "" {
-		sp.db = sp.user
-	}
-	return sp, nil
-}
-
-// parseOptions reads the "-c name=value" and "--name=value" switches libpq
-// sends in the options parameter (PGOPTIONS). Backslash escapes a space.
-func parseOptions(opts string, into map[string]string) *PGError {
-	var words []string
-	var cur strings.Builder
-	esc := false
-	for _, r := range opts {
-		switch {
-		case esc:
-			cur.WriteRune(r)
-			esc = false
-		case r == '\\':
-			esc = true
-		case r == ' ' || r == '\t':
-			if cur.Len() > 0 {
-				words = append(words, cur.String())
-				cur.Reset()
-			}
-		default:
-			cur.WriteRune(r)
-		}
-	}
-	if cur.Len() > 0 {
-		words = append(words, cur.String())
-	}
-	for i := 0; i < len(words); i++ {
-		w := words[i]
-		var kv string
-		switch {
-		case w == "-c" && i+1 < len(words):
-			i++
-			kv = words[i]
-		case strings.HasPrefix(w, "-c"):
-			kv = w[2:]
-		case strings.HasPrefix(w, "--"):
-			kv = w[2:]
-		default:
-			return fatal(pgproto.CodeFeatureNotSupported, fmt.Sprintf("unsupported startup option %q: only -c name=value is supported", w), nil)
-		}
-		k, v, ok := strings.Cut(kv, "=")
-		if !ok || k == "" {
-			return fatal(pgproto.CodeProtocolViolation, fmt.Sprintf("invalid startup option %q", kv), nil)
-		}
-		into[strings.ReplaceAll(k, "-", "_")] = v
-	}
-	return nil
-}
-
 // login authenticates the client, finds its pool and sends the greeting:
 // AuthenticationOk, ParameterStatus, BackendKeyData and ReadyForQuery.
 // authenticated is called once the client has proved its identity.
-func (s *session) login(ctx context.Context, sp *startupParams, authenticated func()) error {
+func (s *session) login(ctx context.Context, sp *startup.Params, authenticated func()) error {
 	if err := s.admit(sp); err != nil {
 		return err
 	}
-	s.user, s.database = sp.user, sp.db
+	s.user, s.database = sp.User, sp.Database
 	s.log = s.logger(true)
 	if err := s.authenticate(ctx, sp); err != nil {
 		return err
 	}
 	authenticated()
-	if c := s.p.console(); c != nil && c.IsConsole(sp.db) {
+	if c := s.p.console(); c != nil && c.IsConsole(sp.Database) {
 		return s.loginConsole(c, sp)
 	}
 	s.cr.SetMaxLen(s.p.cfg.MaxMessageLen)
@@ -378,7 +219,7 @@ func (s *session) login(ctx context.Context, sp *startupParams, authenticated fu
 // admit counts the client against the pooler's limits (TLS required,
 // max_clients) and tells it which protocol options it does not know. A
 // refusal has been written to the client when it returns an error.
-func (s *session) admit(sp *startupParams) error {
+func (s *session) admit(sp *startup.Params) error {
 	p := s.p
 	if s.peer.RequireTLS && !s.secure {
 		return s.fail(fatal(pgproto.CodeInvalidAuthSpec, "TLS is required: connect with sslmode=require", nil))
@@ -390,8 +231,8 @@ func (s *session) admit(sp *startupParams) error {
 	s.counted = true
 	p.m.clients.Inc()
 	p.m.sessions.WithLabelValues(s.peer.Transport).Inc()
-	if sp.minor > pgproto.ProtocolMinor || len(sp.unknown) > 0 {
-		return s.send(&pgproto3.NegotiateProtocolVersion{NewestMinorProtocol: pgproto.ProtocolMinor, UnrecognizedOptions: sp.unknown})
+	if sp.Minor > pgproto.ProtocolMinor || len(sp.Unknown) > 0 {
+		return s.send(&pgproto3.NegotiateProtocolVersion{NewestMinorProtocol: pgproto.ProtocolMinor, UnrecognizedOptions: sp.Unknown})
 	}
 	return nil
 }
@@ -399,7 +240,7 @@ func (s *session) admit(sp *startupParams) error {
 // authenticate has the client prove its identity: a trusted edge's word
 // for it (edgetrust.go), or the configured authenticator's exchange. The
 // error the client is shown never says whether the user exists.
-func (s *session) authenticate(ctx context.Context, sp *startupParams) error {
+func (s *session) authenticate(ctx context.Context, sp *startup.Params) error {
 	trusted, refusal := s.edgeLogin(sp)
 	if refusal != nil {
 		return s.fail(refusal)
@@ -408,7 +249,7 @@ func (s *session) authenticate(ctx context.Context, sp *startupParams) error {
 	if trusted || auth == nil {
 		return nil
 	}
-	err := auth.Authenticate(ctx, s, sp.user, s.peer.Addr)
+	err := auth.Authenticate(ctx, s, sp.User, s.peer.Addr)
 	if err == nil {
 		return nil
 	}
@@ -423,7 +264,7 @@ func (s *session) authenticate(ctx context.Context, sp *startupParams) error {
 		s.log.Info("authentication failed", "err", err)
 		return s.fail(fatal(coded.SQLState(), err.Error(), err))
 	case errors.Is(err, ErrAuthFailed):
-		return s.fail(fatal(pgproto.CodeInvalidPassword, fmt.Sprintf("password authentication failed for user %q", sp.user), err))
+		return s.fail(fatal(pgproto.CodeInvalidPassword, fmt.Sprintf("password authentication failed for user %q", sp.User), err))
 	case ctx.Err() != nil:
 		return err
 	}
@@ -432,13 +273,13 @@ func (s *session) authenticate(ctx context.Context, sp *startupParams) error {
 
 // choosePool finds the pool of the client's database and user, or refuses
 // the client.
-func (s *session) choosePool(ctx context.Context, sp *startupParams) error {
-	pool, err := s.p.pools.Pool(ctx, sp.db, sp.user)
+func (s *session) choosePool(ctx context.Context, sp *startup.Params) error {
+	pool, err := s.p.pools.Pool(ctx, sp.Database, sp.User)
 	if errors.Is(err, backend.ErrTooManyPools) {
-		return s.fail(fatal(pgproto.CodeTooManyConnections, fmt.Sprintf("sorry, too many pools already: no pool for database %q user %q (max_pools)", sp.db, sp.user), err))
+		return s.fail(fatal(pgproto.CodeTooManyConnections, fmt.Sprintf("sorry, too many pools already: no pool for database %q user %q (max_pools)", sp.Database, sp.User), err))
 	}
 	if err != nil {
-		return s.fail(fatal(pgproto.CodeInvalidCatalogName, fmt.Sprintf("database %q does not exist for user %q in the pooler", sp.db, sp.user), err))
+		return s.fail(fatal(pgproto.CodeInvalidCatalogName, fmt.Sprintf("database %q does not exist for user %q in the pooler", sp.Database, sp.User), err))
 	}
 	s.pool = pool
 	return nil
@@ -451,7 +292,7 @@ func (s *session) choosePool(ctx context.Context, sp *startupParams) error {
 // it attaches). Nothing is cached beyond the connection it came from, so
 // a changed database default reaches new clients once the old
 // connections are gone.
-func (s *session) serverDefaults(ctx context.Context, sp *startupParams) (map[string]string, error) {
+func (s *session) serverDefaults(ctx context.Context, sp *startup.Params) (map[string]string, error) {
 	p := s.p
 	defaults := s.pool.ServerParams()
 	if defaults != nil && p.cfg.Mode != ModeSession {
@@ -470,7 +311,7 @@ func (s *session) serverDefaults(ctx context.Context, sp *startupParams) (map[st
 		}
 		return defaults, nil
 	}
-	s.initDesired(defaults, sp.params)
+	s.initDesired(defaults, sp.Settings)
 	if _, err := s.syncParams(ctx, conn); err != nil {
 		conn.Release()
 		return nil, s.fail(asFatal(err))
@@ -488,7 +329,7 @@ func (s *session) serverDefaults(ctx context.Context, sp *startupParams) (map[st
 
 // greet writes the greeting, the server's parameters, the client's cancel
 // key and ReadyForQuery, in one write, and marks the session logged in.
-func (s *session) greet(defaults map[string]string, sp *startupParams) error {
+func (s *session) greet(defaults map[string]string, sp *startup.Params) error {
 	buf := s.appendGreeting(s.scratch[:0], defaults)
 	bkd := pgproto3.BackendKeyData{ProcessID: s.pid, SecretKey: s.secret[:]}
 	buf, err := bkd.Encode(buf)
@@ -498,7 +339,7 @@ func (s *session) greet(defaults map[string]string, sp *startupParams) error {
 	buf = append(buf, 'Z', 0, 0, 0, 5, 'I')
 	s.loggedIn = true
 	s.authed.Store(true)
-	s.appName = sp.params["application_name"]
+	s.appName = sp.Settings["application_name"]
 	s.ctr.Logins.Add(1)
 	s.listed.Store(true)
 	s.scratch = buf[:0]
