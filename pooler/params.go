@@ -10,6 +10,7 @@ import (
 
 	"github.com/pgquic/pgquic/backend"
 	"github.com/pgquic/pgquic/internal/pgproto"
+	"github.com/pgquic/pgquic/internal/sqllex"
 	"github.com/pgquic/pgquic/internal/wire"
 	"github.com/pgquic/pgquic/pooler/params"
 )
@@ -592,7 +593,7 @@ func (s *session) followAtRest(ctx context.Context) (bool, error) {
 // RESET of a startup parameter, or RESET ALL, is followed by set_config
 // of the startup values.
 func (s *session) sessionQuery(ctx context.Context) error {
-	if len(s.startupParams) == 0 {
+	if len(s.startupParams) == 0 && s.sessionTextRead(false) {
 		return s.forward(ctx, eQuery)
 	}
 	body, err := s.cr.Body()
@@ -603,6 +604,7 @@ func (s *session) sessionQuery(ctx context.Context) error {
 	if !ok {
 		return fatal(pgproto.CodeProtocolViolation, "invalid Query message", nil)
 	}
+	s.noteProcessText(sql)
 	info := inspectSQL(sql)
 	s.mu.Lock()
 	a, err := s.attachLocked(ctx)
@@ -621,12 +623,50 @@ func (s *session) sessionQuery(ctx context.Context) error {
 	return s.followLocked(a)
 }
 
+// sessionTextRead reads, in session mode, the text of the current Query
+// (or Parse, after its statement name) for noteProcessText when the whole
+// message is already buffered, without consuming it, and reports whether
+// it did; a message not buffered whole is left to the caller's Body path.
+func (s *session) sessionTextRead(parse bool) bool {
+	if s.processBound {
+		return true // the connection is to be closed anyway
+	}
+	f := s.cr.Frames()
+	if len(f) < s.msgLen {
+		return false
+	}
+	text := f[wire.HeaderLen:s.msgLen]
+	if parse {
+		if _, rest, ok := wire.CString(text); ok {
+			text = rest
+		}
+	}
+	sql, _, _ := wire.CString(text)
+	s.noteProcessText(sql)
+	return true
+}
+
+// noteProcessText marks, in session mode, a client whose text calls a
+// function whose effect stays with the server process
+// (sqllex.MayHoldProcessState: setseed, pg_backup_start, a temporary
+// replication slot, dblink_connect): DISCARD ALL would leave it for the
+// next client of the process, so the connection is closed when this one
+// leaves (abandonLocked). Transaction mode reads it with the rest of the
+// text's flags (noteState).
+func (s *session) noteProcessText(sql []byte) {
+	if !s.processBound && sqllex.MayHoldProcessState(bytesString(sql)) {
+		s.mu.Lock()
+		s.processBound = true
+		s.mu.Unlock()
+	}
+}
+
 // sessionForward forwards a Parse or Bind in session mode. With startup
 // parameters to return to, it notes which of the client's statements RESET
 // parameters, and when one of them is bound, the startup values are set
 // again behind the client's next Sync (see followLocked).
 func (s *session) sessionForward(ctx context.Context, k entryKind) error {
-	if len(s.startupParams) == 0 {
+	if len(s.startupParams) == 0 && (k != eParse || s.sessionTextRead(true)) {
 		return s.forward(ctx, k)
 	}
 	body, err := s.cr.Body()
@@ -650,6 +690,7 @@ func (s *session) sessionForward(ctx context.Context, k entryKind) error {
 	switch k {
 	case eParse:
 		sql, _, _ := wire.CString(rest)
+		s.noteProcessText(sql)
 		info := inspectSQL(sql)
 		if info.resetAll || len(info.resets) > 0 {
 			if s.resetStmts == nil {

@@ -37,8 +37,12 @@ import (
 // exactly the kinds it still reports, and is pinned for kinds, or an
 // identity, a DO block, procedure or function created. The client never
 // waits for the probe: its reply has been sent before the probe's answer
-// comes. An identity pin, and the pin of a FunctionCall message (whose
-// effects no probe can list), last until the client disconnects.
+// comes. An identity pin, the pin of a FunctionCall message (whose
+// effects no probe can list) and the pin of a call whose effect stays
+// with the server process (setseed, pg_backup_start, a temporary
+// replication slot: sqllex.ProcessState, which no probe sees and no reset
+// undoes) last until the client disconnects; after the last, the
+// connection is closed rather than reset.
 
 // pinState is what a session knows of the state pinning it. It is guarded
 // by the session's mu; s.pinned mirrors held != 0 for the code that only
@@ -126,6 +130,12 @@ func (s *session) handleFunctionCall(ctx context.Context) error {
 // noteState records, once a's server is about to run a statement, the
 // state it may create or drop. s.mu must be held.
 func (s *session) noteState(a *attachment, in pinning.Info) {
+	if in.Holds&pinning.Process != 0 {
+		// In either mode the server process keeps what the call did
+		// after DISCARD ALL: the connection is closed when the client
+		// leaves (abandonLocked).
+		s.processBound = true
+	}
 	if s.p.cfg.Mode != ModeTransaction {
 		return
 	}
@@ -171,11 +181,11 @@ func (s *session) pinLocked(a *attachment, h sqllex.Held, kind string) {
 		"reason", strings.Join(names, ","), "server_pid", a.conn.PID)
 }
 
-// unpinLocked drops the reasons in h (never the identity or FunctionCall
-// pin); the client is free to use any server connection once none is left.
-// s.mu must be held.
+// unpinLocked drops the reasons in h (never the identity, FunctionCall
+// or process pin: pinning.Sticky); the client is free to use any server
+// connection once none is left. s.mu must be held.
 func (s *session) unpinLocked(a *attachment, h sqllex.Held) {
-	h &= s.pin.held &^ (pinning.Role | pinning.Opaque)
+	h &= s.pin.held &^ pinning.Sticky
 	if h == 0 {
 		return
 	}

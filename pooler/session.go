@@ -108,15 +108,19 @@ type session struct {
 	stmtBytes  int                     // their size, for ClientStatementBytes
 	att        *attachment
 	draining   bool
-	pinned     bool               // transaction mode: the client keeps its server connection (pin.held != 0)
-	early      *earlyRun          // a 0-RTT request run read-only, or to run once confirmed (zerortt.go); owner only
-	pin        pinState           // why (pin.go)
-	restore    map[string]string  // startup values a client's RESET took away, to set again (see followLocked)
-	snapshot   bool               // the client changed parameters: read them back (see followLocked)
-	custom     map[string]bool    // custom (dotted) parameters the client set, read back by name
-	resetStmts map[string]sqlInfo // session mode: the client's statements that RESET parameters, by name
-	killed     bool
-	closing    bool // rwc closed by us
+	pinned     bool      // transaction mode: the client keeps its server connection (pin.held != 0)
+	early      *earlyRun // a 0-RTT request run read-only, or to run once confirmed (zerortt.go); owner only
+	pin        pinState  // why (pin.go)
+	// processBound: a call whose effect stays with the server process ran
+	// on the attached connection (sqllex.ProcessState), in either mode;
+	// the connection is closed when the client leaves (abandonLocked).
+	processBound bool
+	restore      map[string]string  // startup values a client's RESET took away, to set again (see followLocked)
+	snapshot     bool               // the client changed parameters: read them back (see followLocked)
+	custom       map[string]bool    // custom (dotted) parameters the client set, read back by name
+	resetStmts   map[string]sqlInfo // session mode: the client's statements that RESET parameters, by name
+	killed       bool
+	closing      bool // rwc closed by us
 
 	abandoned *attachment // the watcher cancelled its request: the client is gone (watch.go)
 	abandonAt time.Time   // when

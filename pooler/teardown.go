@@ -192,6 +192,13 @@ func (s *session) abandonLocked(a *attachment) {
 		}
 		a.destroy = true
 		_ = conn.NetConn().Close()
+	case s.processBound:
+		// A call whose effect stays with the server process ran
+		// (setseed, pg_backup_start, a temporary replication slot,
+		// dblink_connect): no reset query undoes it, and closing the
+		// connection ends the process with all of it.
+		a.destroy = true
+		_ = a.conn.NetConn().Close()
 	default:
 		s.undoLocked(a, sessionLike)
 	}

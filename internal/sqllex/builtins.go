@@ -56,12 +56,7 @@ var syntaxWords = map[string]struct{}{
 // the OIDs the session's next objects get). set_config and the advisory
 // lock functions are read by their own rules and never reach this list.
 var sessionBuiltins = map[string]struct{}{
-	"setseed":                             {}, // the session's random() sequence
-	"pg_replication_origin_session_setup": {},
 	"pg_replication_origin_session_reset": {},
-	"pg_create_logical_replication_slot":  {}, // temporary slots belong to the session
-	"pg_create_physical_replication_slot": {},
-	"pg_backup_start":                     {}, // a backup in progress belongs to the session
 	"pg_backup_stop":                      {},
 
 	// They run a query given as text, or read the relations that a name,
@@ -106,9 +101,26 @@ var sessionBuiltins = map[string]struct{}{
 	"brin_summarize_range":      {},
 	"gin_clean_pending_list":    {},
 	"satisfies_hash_partition":  {},
+}
+
+// processFuncs are the functions whose effect stays with the server
+// process where no reset query reaches it (ProcessState, and OpaqueCall
+// too), by name whatever their schema: dblink is an extension, installed
+// in any schema, and a user function of one of these names is taken for
+// it, erring towards keeping the client on its server process.
+var processFuncs = map[string]struct{}{
+	"setseed":                             {}, // the process's random() sequence
+	"pg_backup_start":                     {}, // a backup in progress belongs to the process
+	"pg_create_logical_replication_slot":  {}, // a temporary slot belongs to the process
+	"pg_create_physical_replication_slot": {},
+	"pg_copy_logical_replication_slot":    {},
+	"pg_copy_physical_replication_slot":   {},
+	"pg_replication_origin_session_setup": {},
+	"dblink_connect":                      {}, // a named connection, reachable by name
+	"dblink_connect_u":                    {},
 
 	// They load the slot's output plugin, a shared library the text does
-	// not name, into the session and run it, as LOAD would.
+	// not name, into the process and run it, as LOAD would.
 	"pg_logical_slot_get_changes":         {},
 	"pg_logical_slot_peek_changes":        {},
 	"pg_logical_slot_get_binary_changes":  {},
@@ -157,6 +169,9 @@ func callFlags(name, qualifier []byte, quoted bool) (f Flags, special bool) {
 			return 0, false
 		}
 	}
+	if _, ok := processFuncs[string(name)]; ok {
+		return OpaqueCall | ProcessState, false
+	}
 	if len(qualifier) > 0 && string(qualifier) != "pg_catalog" {
 		return OpaqueCall, false
 	}
@@ -202,4 +217,56 @@ func HarmlessBuiltin(name string) bool {
 	n := copy(buf[:], name)
 	f, special := callFlags(buf[:n], pgCatalog, true)
 	return f == 0 && !special
+}
+
+// MayHoldProcessState reports whether sql calls a function of
+// processFuncs (Flags.ProcessState). It is for a caller that lexes
+// nothing else, such as a session-mode pooler, which lends a server
+// process to the next client after DISCARD ALL and must close it instead
+// when one of them ran: one pass looks for the part of a name every such
+// function has (case folded, and U& identifiers, which may spell any
+// name), and only a text holding one is classified. It does not
+// allocate.
+func MayHoldProcessState(sql string) bool {
+	return mayNameProcessFunc(sql) && Classify(sql).Flags&ProcessState != 0
+}
+
+// processNeedles hold, lower case, a part of every name in processFuncs
+// (TestProcessNeedles checks it), and "u&", which begins an identifier
+// written with Unicode escapes.
+var processNeedles = [...]string{"setseed", "backup_start", "replication_slot", "replication_origin",
+	"slot_get_", "slot_peek_", "dblink_connect", "u&"}
+
+// mayNameProcessFunc reports whether sql holds one of processNeedles,
+// ignoring ASCII case.
+func mayNameProcessFunc(sql string) bool {
+	for i := 0; i < len(sql); i++ {
+		switch sql[i] | 0x20 {
+		case 's', 'b', 'r', 'd', 'u':
+			for _, n := range processNeedles {
+				if hasPrefixFold(sql[i:], n) {
+					return true
+				}
+			}
+		}
+	}
+	return false
+}
+
+// hasPrefixFold reports whether s begins with prefix, a lower-case ASCII
+// string, ignoring the ASCII case of s.
+func hasPrefixFold(s, prefix string) bool {
+	if len(s) < len(prefix) {
+		return false
+	}
+	for j := 0; j < len(prefix); j++ {
+		c := s[j]
+		if 'A' <= c && c <= 'Z' {
+			c += 'a' - 'A'
+		}
+		if c != prefix[j] {
+			return false
+		}
+	}
+	return true
 }

@@ -76,10 +76,13 @@ func TestBuiltinsMatchPostgres(t *testing.T) {
 		got := Classify("SELECT " + call + "(1)").Flags
 		var want Flags
 		_, session := sessionBuiltins[name]
+		_, process := processFuncs[name]
 		_, other := otherBackendFuncs[name]
 		_, kw := keywordSet[name]
 		switch {
 		case kw:
+		case process:
+			want = OpaqueCall | ProcessState
 		case session, strings.HasPrefix(name, "binary_upgrade_"):
 			want = OpaqueCall
 		case other:
@@ -100,6 +103,11 @@ func TestBuiltinsMatchPostgres(t *testing.T) {
 	for name := range sessionBuiltins {
 		if !slices.Contains(funcs, name) {
 			t.Errorf("sessionBuiltins names %s, which PostgreSQL %s does not have", name, version)
+		}
+	}
+	for name := range processFuncs {
+		if !slices.Contains(funcs, name) && !strings.HasPrefix(name, "dblink_") {
+			t.Errorf("processFuncs names %s, which PostgreSQL %s does not have", name, version)
 		}
 	}
 	for name := range otherBackendFuncs {

@@ -190,6 +190,16 @@ const (
 	// nextval or setval last gave in the session, and so, on a server
 	// process shared by many clients, another client's value.
 	SequenceRead
+	// ProcessState marks a call of a function whose effect stays with the
+	// server process and that no reset query undoes: setseed (the
+	// process's random() sequence), pg_backup_start (a backup in
+	// progress), the replication slot functions (a temporary slot, and the
+	// output plugin a logical slot's changes load), the replication-origin
+	// session and dblink's named connections. A call of one is OpaqueCall
+	// too. A pooler must keep the client on that process for the rest of
+	// its session and close the process's connection when the client
+	// leaves, since DISCARD ALL leaves all of it in place.
+	ProcessState
 )
 
 // Uncertainty. When either is set a caller should take its safe path.
@@ -229,7 +239,7 @@ var flagNames = [64]string{
 	"DiscardSequences", "DiscardTemp",
 	36: "Copy", "Listen", "Unlisten", "Notify", "DeclareCursor", "DeclareHold", "CreateTemp",
 	"DoBlock", "Call", "Load", "AdvisoryLock", "CloseCursor", "AdvisoryUnlock", "Drop", "SchemaChange",
-	"OtherBackend", "OpaqueCall", "Maintenance", "SequenceRead",
+	"OtherBackend", "OpaqueCall", "Maintenance", "SequenceRead", "ProcessState",
 	56: "Incomplete", "Ambiguous",
 }
 

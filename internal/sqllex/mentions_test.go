@@ -206,6 +206,26 @@ func TestSessionBuiltinsExist(t *testing.T) {
 	}
 }
 
+// TestProcessFuncs checks that every function processFuncs lists is a
+// PostgreSQL 15 built-in or one of dblink's, and that a call of one is
+// ProcessState and OpaqueCall, qualified by any schema or not, quoted or
+// not, so a misspelt name cannot leave its state to the next client.
+func TestProcessFuncs(t *testing.T) {
+	for name := range processFuncs {
+		if _, ok := builtinSet[name]; !ok && !strings.HasPrefix(name, "dblink_") {
+			t.Errorf("%s is neither in pgBuiltins nor dblink's", name)
+		}
+		for _, call := range []string{name, "pg_catalog." + name, "public." + name, `"` + name + `"`, strings.ToUpper(name)} {
+			if got := Classify("SELECT " + call + "(1)").Flags; got&(OpaqueCall|ProcessState) != OpaqueCall|ProcessState {
+				t.Errorf("SELECT %s(1): %v, want OpaqueCall|ProcessState", call, got)
+			}
+		}
+	}
+	if got := Classify("SELECT random(), setseed_like(1)").Flags; got&ProcessState != 0 {
+		t.Errorf("SELECT random(), setseed_like(1): %v, want no ProcessState", got)
+	}
+}
+
 // FuzzMentionsAny feeds arbitrary text to MentionsAny: it may not panic;
 // it must report every name the text's identifier tokens stand for (the
 // statements' leading words, read by Statements, and every identifier
@@ -269,5 +289,39 @@ func BenchmarkMentionsAny(b *testing.B) {
 				MentionsAny(bc.sql, idents, ops)
 			}
 		})
+	}
+}
+
+// TestProcessNeedles checks that the one-pass look MayHoldProcessState
+// starts with finds every processFuncs name, in any case and spelt with
+// Unicode escapes, and that it answers as Classify does.
+func TestProcessNeedles(t *testing.T) {
+	for name := range processFuncs {
+		if !mayNameProcessFunc(name) || !mayNameProcessFunc(strings.ToUpper(name)) {
+			t.Errorf("no needle finds %s", name)
+		}
+	}
+	for sql, want := range map[string]bool{
+		"SELECT setseed(0.5)":                         true,
+		"select SETSEED(0.5)":                         true,
+		`SELECT U&"\0073etseed"(0.5)`:                 true,
+		"SELECT pg_catalog.pg_backup_start('x')":      true,
+		"SELECT public.dblink_connect('c', 'db=x')":   true,
+		"SELECT 'setseed(1)'":                         false, // a string
+		"SELECT 1 -- setseed(1)":                      false, // a comment
+		"SELECT random(), seed FROM t":                false,
+		"SELECT * FROM pg_replication_slots":          false, // a view, not a call
+		"SELECT pg_drop_replication_slot('s')":        false,
+		"SELECT 1 FROM pg_logical_slot_get_changes()": true,
+	} {
+		if got := MayHoldProcessState(sql); got != want {
+			t.Errorf("MayHoldProcessState(%q) = %v, want %v", sql, got, want)
+		}
+		if got := Classify(sql).Flags&ProcessState != 0; got != want {
+			t.Errorf("Classify(%q) ProcessState = %v, want %v", sql, got, want)
+		}
+	}
+	if n := testing.AllocsPerRun(100, func() { MayHoldProcessState("SELECT abalance FROM pgbench_accounts WHERE aid = 42") }); n != 0 {
+		t.Errorf("MayHoldProcessState allocates %v times", n)
 	}
 }

@@ -117,8 +117,8 @@ func (f Flags) Opaque() bool { return f&(DoBlock|Call|OpaqueCall|Execute|Mainten
 // StateKind names the first statement of sql that may leave session state
 // behind (see Flags.Holds), for log lines and error messages: "CREATE
 // TEMP", "SELECT INTO TEMP", "LISTEN", "pg_advisory_lock", "DECLARE WITH
-// HOLD" or "PREPARE". It returns "" when no statement does. It allocates
-// nothing.
+// HOLD", "PREPARE", or for a ProcessState call the functions that flag
+// covers. It returns "" when no statement does. It allocates nothing.
 func StateKind(sql string) string {
 	kind := ""
 	scan(sql, false, false, func(st Stmt) bool {
@@ -156,6 +156,8 @@ func flagsStateKind(f Flags) string {
 		return "DECLARE WITH HOLD"
 	case f&Prepare != 0:
 		return "PREPARE"
+	case f&ProcessState != 0:
+		return "a call of setseed, pg_backup_start, a replication slot or origin function or dblink_connect"
 	}
 	return ""
 }

@@ -136,7 +136,8 @@ func TestFlagsString(t *testing.T) {
 		SetRole:                         "SetRole",
 		SetRoleLocal | Begin | Commit:   "SetRoleLocal|Begin|Commit",
 		AdvisoryLock | Ambiguous:        "AdvisoryLock|Ambiguous",
-		Flags(1) << 55:                  "bit55",
+		Flags(1) << 55:                  "ProcessState",
+		Flags(1) << 63:                  "bit63",
 		Incomplete | DeclareHold | Copy: "Copy|DeclareHold|Incomplete",
 	} {
 		if got := f.String(); got != want {

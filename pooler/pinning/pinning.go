@@ -23,16 +23,27 @@ import (
 // Role is the pin an identity change outside a transaction block sets, or
 // one the probe found after DO, CALL or a function; Opaque is the pin a
 // FunctionCall message sets: the function it calls (set_config, say) may
-// have changed anything. Neither is lifted before the client leaves. The
+// have changed anything; Process is the pin a call of a function whose
+// effect stays with the server process sets (sqllex.ProcessState:
+// setseed, pg_backup_start, a replication slot or origin, dblink_connect),
+// which no probe can see and no reset undoes, so the connection is closed
+// when the client leaves. None is lifted before the client leaves. The
 // other bits are sqllex.Held kinds.
 const (
-	Opaque sqllex.Held = 1 << 6
-	Role   sqllex.Held = 1 << 7
+	Process sqllex.Held = 1 << 5
+	Opaque  sqllex.Held = 1 << 6
+	Role    sqllex.Held = 1 << 7
 )
+
+// Sticky are the pins no probe lifts.
+const Sticky = Process | Opaque | Role
 
 // Names returns the reasons in h, for the metric label and log lines.
 func Names(h sqllex.Held) []string {
 	names := h.Names()
+	if h&Process != 0 {
+		names = append(names, "process")
+	}
 	if h&Opaque != 0 {
 		names = append(names, "opaque")
 	}
@@ -58,6 +69,9 @@ func Read(sql string, sum sqllex.Flags) Info {
 	// object when the session's search_path lists pg_temp first, which the
 	// text does not show: the probe asks the server, as after DO.
 	in := Info{Holds: sum.Holds(), Releases: sum.Releases(), Opaque: sum.Opaque() || sum&sqllex.SchemaChange != 0}
+	if sum&sqllex.ProcessState != 0 {
+		in.Holds |= Process
+	}
 	if in.Holds == 0 {
 		return in
 	}
@@ -69,7 +83,7 @@ func Read(sql string, sum sqllex.Flags) Info {
 	open := false
 	for st := range sqllex.Statements(sql) {
 		open, _ = Block(open, st.Flags)
-		if st.Flags.Holds() != 0 && !open {
+		if (st.Flags.Holds() != 0 || st.Flags&sqllex.ProcessState != 0) && !open {
 			in.Outside = true
 		}
 	}
