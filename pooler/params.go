@@ -498,9 +498,10 @@ func (s *session) setRestore(k, v string) {
 // ReadyForQuery, until the owner sends the query once the COPY's
 // ReadyForQuery has come (followAtRest), or the client's next
 // synchronisation message does; the client's settings are only on this
-// server until they are read back. (Were a relay goroutine reading the
-// replies while the owner waits for the client, that next message is
-// what sends it: the client holds the connection meanwhile.)
+// server until they are read back. When a relay goroutine reads the
+// COPY's replies, the owner waits for that ReadyForQuery
+// (awaitOwedRest) rather than for its client, which may say nothing for
+// a long time while every other client waits for the connection.
 func (s *session) followLocked(a *attachment) error {
 	if a.followOwed && !a.copyOpen && s.p.cfg.Mode == ModeTransaction {
 		// Read what was owed now, whatever read-back of an earlier
@@ -514,6 +515,9 @@ func (s *session) followLocked(a *attachment) error {
 	}
 	if a.copyOpen {
 		a.followOwed, s.followDue = true, true
+		if a.owedRest == nil {
+			a.owedRest = make(chan struct{})
+		}
 		return nil
 	}
 	a.followOwed, s.followDue = false, false
@@ -586,6 +590,43 @@ func (s *session) followAtRest(ctx context.Context) (bool, error) {
 		err = s.sendOut(ctx)
 	}
 	return staged, err
+}
+
+// awaitOwedRest is for the owner about to wait for its client while a
+// parameter query is owed behind a COPY whose data the client has ended
+// and a relay goroutine reads the replies: it waits instead for the
+// ReadyForQuery that leaves the connection at rest (a.owedRest, closed in
+// atRestLocked) or for the relay's end, and reports true when the owner
+// should look again (followAtRest then sends the query). Waiting for the
+// client would leave the connection held until the client spoke again:
+// one that stays silent after its COPY would keep it from every other
+// client. It reports false, and the owner waits for its client, when
+// nothing is owed, the client's COPY data has not ended, or a
+// transaction block holds the connection anyway.
+func (s *session) awaitOwedRest(ctx context.Context) bool {
+	s.mu.Lock()
+	a := s.att
+	if a == nil || a.released || !a.followOwed || a.copyOpen || a.closing || !a.relaying {
+		s.mu.Unlock()
+		return false
+	}
+	if a.pending() == 0 {
+		rested := a.status == 'I'
+		s.mu.Unlock()
+		return rested // at rest already: followAtRest sends it now
+	}
+	ch, done := a.owedRest, a.done
+	s.mu.Unlock()
+	if ch == nil {
+		return false
+	}
+	select {
+	case <-ch:
+	case <-done:
+	case <-ctx.Done():
+		return false
+	}
+	return true
 }
 
 // sessionQuery forwards a simple Query in session mode, where the server

@@ -74,6 +74,12 @@ type attachment struct {
 	// was held back behind a COPY (followLocked): the connection is not
 	// released before it has run.
 	followOwed bool
+	// owedRest, made when a parameter query becomes owed, is closed by
+	// whoever reads the ReadyForQuery that leaves the connection at rest
+	// with it still owed (atRestLocked): an owner waiting on it
+	// (awaitOwedRest) then sends the query instead of waiting for a
+	// client that may say nothing for a long time.
+	owedRest chan struct{}
 	// catalogGen is the catalog watch's generation when the attachment
 	// began (overlapsDDLLocked).
 	catalogGen uint64

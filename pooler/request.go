@@ -53,7 +53,7 @@ func (s *session) loop(ctx context.Context) error {
 			}
 			if sent, err := s.followAtRest(ctx); err != nil {
 				return err
-			} else if sent {
+			} else if sent || (s.followDue && s.awaitOwedRest(ctx)) {
 				continue
 			}
 		}
@@ -798,6 +798,10 @@ func (s *session) atRestLocked(a *attachment, rd *lanes.Rider, m *reply) restAct
 	if s.releasable(a) {
 		a.released = true
 		return restRelease
+	}
+	if a.followOwed && a.owedRest != nil {
+		close(a.owedRest) // the owner may send the owed query now (awaitOwedRest)
+		a.owedRest = nil
 	}
 	m.result = relayWaiting
 	return restNone
