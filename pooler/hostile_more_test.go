@@ -416,3 +416,224 @@ func knownLeak(t *testing.T, format string, args ...any) {
 	t.Helper()
 	t.Skipf("KNOWN LEAK (pinning probe blind to it; see knownLeak): "+format, args...)
 }
+
+// laneTrio is a pooler with one server connection and a fast-query
+// threshold of 10 s, and three protocol-level clients: A leads a lane
+// with a slow query, B rides behind it, C behind B. The kinds of query
+// they send are made known fast first.
+type laneTrio struct {
+	ctx     context.Context
+	h       *harness
+	reg     *prometheus.Registry
+	a, b, c *rawConn
+}
+
+const (
+	laneSlow  = "SELECT pg_sleep(0.4), 'hl_a'"
+	laneB     = "SELECT 'hl_b1'"
+	laneCheck = "SELECT current_setting('work_mem'), 'hl_c'"
+)
+
+func newLaneTrio(t *testing.T) *laneTrio {
+	t.Helper()
+	ctx, h, reg, a, b := twoRawClients(t)
+	c, _ := startRaw(ctx, t, h.ln.Addr().String(), nil)
+	for range 6 {
+		noErrors(t, "warming A's kind", q(a, "SELECT pg_sleep(0), 'hl_a'"))
+		noErrors(t, "warming B's kind", q(b, "SELECT 'hl_b0'"))
+		noErrors(t, "warming C's kind", q(c, laneCheck))
+	}
+	return &laneTrio{ctx: ctx, h: h, reg: reg, a: a, b: b, c: c}
+}
+
+// ride sends A's slow query, waits until it runs, sends B's request and
+// waits until it is written behind A's, then sends B's later write (in
+// a write of its own, while B's first reply is still owed) and C's
+// request, and waits until C's is written behind B's. It returns B's
+// replies to the later write (up to zs ReadyForQuery, or to the end of
+// the session when zs is 0) and C's reply; A's and B's first replies
+// must be their own.
+func (l *laneTrio) ride(t *testing.T, later []pgproto3.FrontendMessage, zs int, raw []byte) (bLater, c []string) {
+	t.Helper()
+	base := metricValue(t, l.reg, pipelinedMetric, "")
+	l.a.send(qm(laneSlow))
+	waitRunning(l.ctx, t, l.h, "hl_a")
+	l.b.send(qm(laneB))
+	waitMetric(t, l.reg, pipelinedMetric, base+1)
+	if len(later) > 0 {
+		l.b.send(later...)
+	}
+	if raw != nil {
+		l.b.writeBytes(raw)
+	}
+	l.c.send(qm(laneCheck))
+	waitMetric(t, l.reg, pipelinedMetric, base+2) // or C's request proves nothing
+	if got := rawBatch(l.a, 1); !slices.Contains(got, "D[,hl_a]") {
+		t.Errorf("A's slow query: %v", got)
+	}
+	if got := rawBatch(l.b, 1); !slices.Equal(got, []string{"RowDescription", "D[hl_b1]", "C[SELECT 1]", "Z[I]"}) {
+		t.Errorf("B's first request, on the lane: %v", got)
+	}
+	if zs > 0 {
+		bLater = rawBatch(l.b, zs)
+	} else {
+		_ = l.b.nc.SetDeadline(time.Now().Add(20 * time.Second))
+		bLater = l.b.untilEOF()
+	}
+	return bLater, rawBatch(l.c, 1)
+}
+
+// TestHostileLaneLaterWrite: B's request qualified for a shared lane
+// (cross-client pipelining, pipeline.go) on the only server connection,
+// behind A's slow query; while its reply is still owed, B sends more in
+// a later write: a SET, a nextval, a PREPARE, a temporary table, an
+// advisory lock, LISTEN, a failing statement, a bad message, a request
+// it then abandons. C's request rides behind B's first one. Nothing of
+// B's later write may run before C's request on the lane (the session
+// reads its client only once its turn on the lane is over), C's answer
+// must be its own, C must never observe B's state afterwards, and B
+// keeps its own.
+func TestHostileLaneLaterWrite(t *testing.T) {
+	cOK := func(t *testing.T, def string, got []string) {
+		t.Helper()
+		if !slices.Equal(got, []string{"RowDescription", "D[" + def + ",hl_c]", "C[SELECT 1]", "Z[I]"}) {
+			t.Errorf("C's request on the lane, behind B's: %v, want its own row with work_mem %s", got, def)
+		}
+	}
+	for _, tc := range []struct {
+		name  string
+		later []pgproto3.FrontendMessage
+		zs    int
+		// after checks what follows, with C's default work_mem.
+		after func(t *testing.T, l *laneTrio, def string, bLater []string)
+	}{
+		{"Set", []pgproto3.FrontendMessage{qm("SET work_mem = '77MB'")}, 1, func(t *testing.T, l *laneTrio, def string, bLater []string) {
+			noErrors(t, "B's SET", bLater)
+			expectReply(t, "work_mem", q(l.c, "SHOW work_mem"), "D["+def+"]")
+			if v := one(t, l.b, "SHOW work_mem"); v != "77MB" {
+				t.Errorf("B lost its SET sent while on a lane: work_mem = %q", v)
+			}
+			expectReply(t, "work_mem", q(l.c, laneCheck), "D["+def+",hl_c]")
+		}},
+		{"SetExtended", ext("SET work_mem = '78MB'"), 1, func(t *testing.T, l *laneTrio, def string, bLater []string) {
+			noErrors(t, "B's SET", bLater)
+			expectReply(t, "work_mem", q(l.c, "SHOW work_mem"), "D["+def+"]")
+			if v := one(t, l.b, "SHOW work_mem"); v != "78MB" {
+				t.Errorf("B lost its SET sent while on a lane: work_mem = %q", v)
+			}
+		}},
+		{"SetThenSelect", []pgproto3.FrontendMessage{qm("SET work_mem = '79MB'"), qm("SELECT current_setting('work_mem'), 'hl_b2'")}, 2,
+			func(t *testing.T, l *laneTrio, def string, bLater []string) {
+				if !slices.Contains(bLater, "D[79MB,hl_b2]") {
+					t.Errorf("B's SET and SELECT in a later write: %v", bLater)
+				}
+				expectReply(t, "work_mem", q(l.c, "SHOW work_mem"), "D["+def+"]")
+			}},
+		// Sequence state does not follow a client from one request to the
+		// next once another client used the server process (a DISCARD
+		// SEQUENCES goes ahead of a read then): B may get 55000, as on a
+		// fresh connection, but never another client's value, and its
+		// own value within one request.
+		{"Nextval", []pgproto3.FrontendMessage{qm("SELECT nextval('hm_seq'); SELECT currval('hm_seq')")}, 1,
+			func(t *testing.T, l *laneTrio, def string, bLater []string) {
+				if rows := rowsOf(bLater); len(rows) != 2 || rows[0] != rows[1] {
+					t.Errorf("B's nextval and currval in one request sent while on a lane: %v", bLater)
+				}
+				expectReply(t, "lastval", q(l.c, "SELECT lastval()"), "E[ERROR 55000]")
+				noErrors(t, "C's nextval", q(l.c, "SELECT nextval('hm_seq')"))
+				expectReply(t, "B's currval after C's nextval", q(l.b, "SELECT currval('hm_seq')"), "E[ERROR 55000]")
+			}},
+		{"Error", []pgproto3.FrontendMessage{qm("SELECT 1/0")}, 1, func(t *testing.T, l *laneTrio, def string, bLater []string) {
+			if !slices.Equal(bLater, []string{"E[ERROR 22012]", "Z[I]"}) {
+				t.Errorf("B's failing statement in a later write: %v", bLater)
+			}
+			expectReply(t, "B's next", q(l.b, "SELECT 'hl_b3'"), "D[hl_b3]")
+			expectReply(t, "C's next", q(l.c, laneCheck), "D["+def+",hl_c]")
+		}},
+		{"Prepare", []pgproto3.FrontendMessage{qm("PREPARE copyh_p AS SELECT 42")}, 1, func(t *testing.T, l *laneTrio, def string, bLater []string) {
+			noErrors(t, "B's PREPARE", bLater)
+			expectReply(t, "B's EXECUTE", q(l.b, "EXECUTE copyh_p"), "D[42]")
+			laneAfterPin(t, l, prepChecks)
+		}},
+		{"TempTable", []pgproto3.FrontendMessage{qm("CREATE TEMP TABLE copyh_tmp (a int)")}, 1, func(t *testing.T, l *laneTrio, def string, bLater []string) {
+			noErrors(t, "B's temp table", bLater)
+			expectReply(t, "B's temp table", q(l.b, "SELECT count(*) FROM copyh_tmp"), "D[0]")
+			laneAfterPin(t, l, tempChecks)
+		}},
+		{"AdvisoryLock", []pgproto3.FrontendMessage{qm("SELECT pg_advisory_lock(4242)")}, 1, func(t *testing.T, l *laneTrio, def string, bLater []string) {
+			noErrors(t, "B's advisory lock", bLater)
+			if holder, mine := lockHolder(l.ctx, t, l.h), hostilePID(t, l.b); holder != mine {
+				t.Errorf("advisory lock 4242 held by %q, not B's %s", holder, mine)
+			}
+			laneAfterPin(t, l, lockChecks)
+		}},
+		{"Listen", []pgproto3.FrontendMessage{qm("LISTEN copyh_ch")}, 1, func(t *testing.T, l *laneTrio, def string, bLater []string) {
+			noErrors(t, "B's LISTEN", bLater)
+			laneAfterPin(t, l, [][2]string{{"SELECT count(*) FROM pg_listening_channels()", "D[0]"}})
+			if _, err := direct(l.ctx, t, l.h.cluster).Exec(l.ctx, "NOTIFY copyh_ch, 'hl'"); err != nil {
+				t.Fatal(err)
+			}
+			if got := q(l.c, "SELECT pg_sleep(0.1)"); slices.Contains(got, "NotificationResponse") {
+				t.Errorf("LEAK: C received a notification of B's LISTEN: %v", got)
+			}
+		}},
+		{"BadMessage", nil, 0, func(t *testing.T, l *laneTrio, def string, bLater []string) {
+			if !slices.Equal(bLater, []string{"E[FATAL 08P01]", "EOF"}) {
+				t.Errorf("B's message of type 'z' in a later write: %v, want FATAL 08P01 and the end", bLater)
+			}
+			expectReply(t, "C's next", q(l.c, laneCheck), "D["+def+",hl_c]")
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			l := newLaneTrio(t)
+			hmObjects(l.ctx, t, l.h)
+			def := one(t, l.c, "SHOW work_mem")
+			var raw []byte
+			if tc.name == "BadMessage" {
+				raw = []byte{'z', 0, 0, 0, 8, 'a', 'b', 'c', 'd'}
+			}
+			bLater, c := l.ride(t, tc.later, tc.zs, raw)
+			cOK(t, def, c)
+			tc.after(t, l, def, bLater)
+		})
+	}
+
+	// B's later write is an extended-protocol SET with no Sync, and B
+	// vanishes: its implicit transaction is rolled back, and C finds
+	// the server process (or a new one) with its own settings.
+	t.Run("AbandonedSet", func(t *testing.T) {
+		l := newLaneTrio(t)
+		def := one(t, l.c, "SHOW work_mem")
+		base := metricValue(t, l.reg, pipelinedMetric, "")
+		l.a.send(qm(laneSlow))
+		waitRunning(l.ctx, t, l.h, "hl_a")
+		l.b.send(qm(laneB))
+		waitMetric(t, l.reg, pipelinedMetric, base+1)
+		l.b.send(&pgproto3.Parse{Query: "SET work_mem = '80MB'"}, &pgproto3.Bind{}, &pgproto3.Execute{}, &pgproto3.Flush{})
+		l.c.send(qm(laneCheck))
+		waitMetric(t, l.reg, pipelinedMetric, base+2)
+		_ = l.b.nc.Close()
+		if got := rawBatch(l.a, 1); !slices.Contains(got, "D[,hl_a]") {
+			t.Errorf("A's slow query: %v", got)
+		}
+		cOK(t, def, rawBatch(l.c, 1))
+		expectReply(t, "work_mem", q(l.c, "SHOW work_mem"), "D["+def+"]")
+		expectReply(t, "work_mem", q(l.a, "SHOW work_mem"), "D["+def+"]")
+	})
+}
+
+// laneAfterPin: B is pinned to the only server connection by its later
+// write; C's checks must wait until B leaves, then find none of its
+// state.
+func laneAfterPin(t *testing.T, l *laneTrio, checks [][2]string) {
+	t.Helper()
+	if v := metricValue(t, l.reg, "pgquic_pooler_pinned_clients", ""); v != 1 {
+		t.Errorf("B is not pinned (pinned clients: %v)", v)
+	}
+	stalled(t, l.c, checks[0][0])
+	l.b.send(&pgproto3.Terminate{})
+	expectReply(t, checks[0][0], rawBatch(l.c, 1), checks[0][1])
+	for _, c := range checks[1:] {
+		expectReply(t, c[0], q(l.c, c[0]), c[1])
+	}
+}
