@@ -637,3 +637,147 @@ func laneAfterPin(t *testing.T, l *laneTrio, checks [][2]string) {
 		expectReply(t, c[0], q(l.c, c[0]), c[1])
 	}
 }
+
+// untilCopyIn reads c's replies up to CopyInResponse, for at most 20 s.
+func untilCopyIn(t *testing.T, c *rawConn) []string {
+	t.Helper()
+	_ = c.nc.SetReadDeadline(time.Now().Add(20 * time.Second))
+	defer func() { _ = c.nc.SetReadDeadline(time.Time{}) }()
+	var out []string
+	for {
+		msg, err := c.fe.Receive()
+		if err != nil {
+			t.Fatalf("waiting for CopyInResponse: %v (so far %v)", err, out)
+		}
+		out = append(out, summarise(msg))
+		switch msg.(type) {
+		case *pgproto3.CopyInResponse:
+			return out
+		case *pgproto3.ReadyForQuery:
+			t.Fatalf("no COPY IN: %v", out)
+		}
+	}
+}
+
+// TestHostileOwedReadBackCopyFrom: B's SET shares a simple Query with a
+// COPY FROM STDIN, so the read-back of B's parameters cannot follow the
+// Query (it would fail the COPY) and is owed (a.followOwed) until the
+// COPY's ReadyForQuery; B ends the data only in a later write, fails
+// it, or vanishes in it. A, waiting for the only server connection
+// meanwhile, must never see B's work_mem; B must keep its SET when the
+// COPY succeeded and lose it, as on PostgreSQL, when the COPY failed
+// (the Query's implicit transaction rolls the SET back); a B that
+// vanishes leaves a connection A can use at once, clean, and no rows.
+func TestHostileOwedReadBackCopyFrom(t *testing.T) {
+	for _, shape := range []struct{ name, sql string }{
+		{"SetThenCopy", "SET work_mem = '9MB'; COPY copyh_t FROM STDIN"},
+		{"CopyThenSet", "COPY copyh_t FROM STDIN; SET work_mem = '9MB'"},
+		{"SetInBlock", "BEGIN; SET work_mem = '9MB'; COPY copyh_t FROM STDIN; COMMIT"},
+		{"CopyOnly", "COPY copyh_t FROM STDIN"}, // the control: no read-back owed
+	} {
+		for _, end := range []struct {
+			name string
+			msgs []pgproto3.FrontendMessage // B's later write; nil: B closes its socket
+			gone bool
+		}{
+			{"DataLater", []pgproto3.FrontendMessage{&pgproto3.CopyData{Data: []byte("1\n")}, &pgproto3.CopyDone{}}, false},
+			{"DataLaterWithSyncs", []pgproto3.FrontendMessage{&pgproto3.CopyData{Data: []byte("1\n")}, &pgproto3.Sync{},
+				&pgproto3.Flush{}, &pgproto3.CopyDone{}}, false},
+			{"CopyFail", []pgproto3.FrontendMessage{&pgproto3.CopyData{Data: []byte("1\n")}, &pgproto3.CopyFail{Message: "hm gives up"}}, false},
+			{"BadData", []pgproto3.FrontendMessage{&pgproto3.CopyData{Data: []byte("not a number\n")}, &pgproto3.CopyDone{}}, false},
+			{"Vanish", nil, true},
+			{"VanishMidData", []pgproto3.FrontendMessage{&pgproto3.CopyData{Data: []byte("1\n")}}, true},
+			{"TerminateInCopy", []pgproto3.FrontendMessage{&pgproto3.CopyData{Data: []byte("1\n")}, &pgproto3.Terminate{}}, true},
+		} {
+			t.Run(shape.name+"/"+end.name, func(t *testing.T) {
+				ctx, h, _, a, b := twoRawClients(t)
+				hmObjects(ctx, t, h)
+				def := one(t, a, "SHOW work_mem")
+				// What PostgreSQL gives B: its frames, its work_mem after.
+				d, _ := startRaw(ctx, t, clusterAddr(h.cluster), nil)
+				var want []string
+				wantWM := ""
+				if !end.gone {
+					d.send(qm(shape.sql))
+					untilCopyIn(t, d)
+					want = rawBatch(d, 1, end.msgs...)
+					if want[len(want)-1] == "Z[E]" {
+						q(d, "ROLLBACK")
+					}
+					wantWM = one(t, d, "SHOW work_mem")
+					q(d, "TRUNCATE copyh_t")
+				}
+				b.send(qm(shape.sql))
+				untilCopyIn(t, b)
+				stalled(t, a, "SHOW work_mem") // B holds the only connection in COPY
+				if end.msgs != nil {
+					b.send(end.msgs...)
+				}
+				if end.gone {
+					_ = b.nc.Close()
+				} else if got := rawBatch(b, 1); !slices.Equal(got, want) {
+					t.Errorf("B's end of the COPY:\n  PostgreSQL: %v\n  pgquic:     %v", want, got)
+				} else if got[len(got)-1] == "Z[E]" {
+					q(b, "ROLLBACK") // sent before A's reply is read: A may be held up until B ends its block
+				}
+				// B now idles (or is gone): A must get the connection
+				// without B sending anything more.
+				aGot, answered := replyWithin(a, 2*time.Second)
+				held := !answered
+				if held {
+					// Nudge: B's next request, which sends what B owed.
+					noErrors(t, "B's next request", q(b, "SELECT 'hm_nudge'"))
+					aGot, answered = replyWithin(a, 20*time.Second)
+					if !answered {
+						t.Fatalf("A's SHOW work_mem was never answered, even after B's next request: %v", aGot)
+					}
+				}
+				expectReply(t, "work_mem", aGot, "D["+def+"]")
+				rows := "0"
+				if !end.gone && slices.Contains(want, "C[COPY 1]") {
+					rows = "1"
+				}
+				expectReply(t, "copyh_t", q(a, "SELECT count(*) FROM copyh_t"), "D["+rows+"]")
+				if end.gone {
+					return
+				}
+				if v := one(t, b, "SHOW work_mem"); v != wantWM {
+					t.Errorf("B's work_mem after A used the connection: %q, PostgreSQL gives %q", v, wantWM)
+				}
+				expectReply(t, "work_mem", q(a, "SHOW work_mem"), "D["+def+"]")
+				if held {
+					knownBug(t, "B, idle after ending its COPY FROM STDIN (%q, then %s in a later write), kept the only server "+
+						"connection: A's request waited until B sent another; the parameter read-back owed behind the COPY "+
+						"(a.followOwed) is sent only by the owner (followAtRest, or B's next synchronisation message), "+
+						"and the COPY's ReadyForQuery was read by the relay goroutine while the owner waited for B", shape.sql, end.name)
+				}
+			})
+		}
+	}
+}
+
+// replyWithin reads c's replies up to ReadyForQuery for at most d, and
+// reports whether it came.
+func replyWithin(c *rawConn, d time.Duration) ([]string, bool) {
+	_ = c.nc.SetReadDeadline(time.Now().Add(d))
+	defer func() { _ = c.nc.SetReadDeadline(time.Time{}) }()
+	var out []string
+	for {
+		msg, err := c.fe.Receive()
+		if err != nil {
+			return out, false
+		}
+		out = append(out, summarise(msg))
+		if _, ok := msg.(*pgproto3.ReadyForQuery); ok {
+			return out, true
+		}
+	}
+}
+
+// knownBug skips t for a bug found by these tests and reported, not yet
+// fixed (production code is not changed with the tests), once the rest
+// of the case has been checked. Turn the Skipf into Errorf once fixed.
+func knownBug(t *testing.T, format string, args ...any) {
+	t.Helper()
+	t.Skipf("KNOWN BUG (see knownBug): "+format, args...)
+}
