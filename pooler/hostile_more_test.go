@@ -2,6 +2,7 @@ package pooler_test
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
 	"slices"
 	"strings"
@@ -780,4 +781,100 @@ func replyWithin(c *rawConn, d time.Duration) ([]string, bool) {
 func knownBug(t *testing.T, format string, args ...any) {
 	t.Helper()
 	t.Skipf("KNOWN BUG (see knownBug): "+format, args...)
+}
+
+// cutShort is the start of a message of type typ announcing a body of n
+// bytes, of which only body is sent.
+func cutShort(typ byte, n int, body []byte) []byte {
+	return append(binary.BigEndian.AppendUint32([]byte{typ}, uint32(4+n)), body...)
+}
+
+// TestHostilePartialMessage: B announces a message length and sends only
+// part of the bytes (a CopyData, a Bind, a Parse, a Query, a
+// FunctionCall, a bare header), where the pooler may already have
+// forwarded the start of the message to the server (it streams a message
+// larger than its buffer), inside COPY FROM STDIN or a transaction block
+// that holds the connection, then B vanishes, or first stays silent. A,
+// on the only server connection, must then get exactly its own answer
+// (the server must never take A's bytes for the rest of B's message), no
+// row of B's, and no hang.
+func TestHostilePartialMessage(t *testing.T) {
+	const big = 200 << 10
+	digits := []byte(strings.Repeat("1\n", big/4)) // half of big
+	bindBody := func(param []byte) []byte {
+		b := []byte{0, 0, 0, 0, 0, 1} // portal "", statement "", no format codes, 1 parameter
+		b = binary.BigEndian.AppendUint32(b, uint32(len(param)))
+		return append(b, param...)
+	}
+	textParam := []byte(strings.Repeat("x", big))
+	for _, tc := range []struct {
+		name  string
+		front []pgproto3.FrontendMessage // sent first, answered up to zs ReadyForQuery or CopyInResponse
+		zs    int
+		copy  bool
+		cut   []byte // then these bytes: a message cut short
+		stay  bool   // B stays connected, silent, for a while before it vanishes
+	}{
+		{"CopyDataCutShort", []pgproto3.FrontendMessage{qm("COPY copyh_t FROM STDIN")}, 0, true,
+			cutShort('d', big, digits), false},
+		{"CopyDataCutShortStays", []pgproto3.FrontendMessage{qm("COPY copyh_t FROM STDIN")}, 0, true,
+			cutShort('d', big, digits), true},
+		{"CopyDataHeaderOnly", []pgproto3.FrontendMessage{qm("COPY copyh_t FROM STDIN"), &pgproto3.CopyData{Data: []byte("1\n")}}, 0, true,
+			cutShort('d', 100, nil), false},
+		{"BindCutShort", []pgproto3.FrontendMessage{&pgproto3.Parse{Query: "INSERT INTO copyh_t SELECT length($1::text)"}}, 0, false,
+			cutShort('B', len(bindBody(textParam)), bindBody(textParam)[:big/2]), false},
+		{"BindCutShortStays", []pgproto3.FrontendMessage{&pgproto3.Parse{Query: "INSERT INTO copyh_t SELECT length($1::text)"}}, 0, false,
+			cutShort('B', len(bindBody(textParam)), bindBody(textParam)[:big/2]), true},
+		{"BindCutShortInBlock", []pgproto3.FrontendMessage{qm("BEGIN"), qm("INSERT INTO copyh_t VALUES (7)"),
+			&pgproto3.Parse{Query: "INSERT INTO copyh_t SELECT length($1::text)"}}, 2, false,
+			cutShort('B', len(bindBody(textParam)), bindBody(textParam)[:big/2]), false},
+		{"ParseCutShortInBlock", []pgproto3.FrontendMessage{qm("BEGIN"), qm("INSERT INTO copyh_t VALUES (7)")}, 2, false,
+			cutShort('P', big, append([]byte{0}, []byte("INSERT INTO copyh_t VALUES (8) -- "+string(textParam[:big/2]))...)), false},
+		{"QueryCutShortInBlock", []pgproto3.FrontendMessage{qm("BEGIN"), qm("INSERT INTO copyh_t VALUES (7)")}, 2, false,
+			cutShort('Q', big, []byte("INSERT INTO copyh_t VALUES (8) -- "+string(textParam[:big/2]))), true},
+		{"QueryHeaderOnlyInBlock", []pgproto3.FrontendMessage{qm("BEGIN"), qm("INSERT INTO copyh_t VALUES (7)")}, 2, false,
+			cutShort('Q', 100, nil), false},
+		{"FunctionCallCutShortInBlock", []pgproto3.FrontendMessage{qm("BEGIN"), qm("INSERT INTO copyh_t VALUES (7)")}, 2, false,
+			cutShort('F', 1000, []byte{0, 0, 0x0b}), false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, h, _, a, b := twoRawClients(t)
+			hmObjects(ctx, t, h)
+			const check = "SELECT 'hp_a', count(*) FROM copyh_t"
+			want := []string{"RowDescription", "D[hp_a,0]", "C[SELECT 1]", "Z[I]"}
+			hostileExpect(t, "A before", q(a, check), want...)
+			switch {
+			case tc.copy:
+				b.send(tc.front...)
+				untilCopyIn(t, b)
+			case tc.zs > 0:
+				noErrors(t, "B's start", rawBatch(b, tc.zs, tc.front...))
+			default:
+				b.send(tc.front...)
+			}
+			b.writeBytes(tc.cut)
+			if tc.stay {
+				// A may wait for B, holding the connection; it must not
+				// get anything but its own answer either way.
+				a.send(qm(check))
+				if got, ok := replyWithin(a, 500*time.Millisecond); ok {
+					hostileExpect(t, "A while B sits mid-message", got, want...)
+					a.send(qm(check))
+				}
+			} else {
+				a.send(qm(check))
+			}
+			_ = b.nc.Close()
+			// Promptly: not only once a 10 s fallback closed the
+			// connection (awaitRelayEnd).
+			got, ok := replyWithin(a, 5*time.Second)
+			if !ok {
+				t.Fatalf("A was not answered within 5 s after B vanished mid-message: %v", got)
+			}
+			hostileExpect(t, "A after B vanished mid-message", got, want...)
+			hostileExpect(t, "A again", q(a, check), want...)
+			hostileExpect(t, "A, extended", rawBatch(a, 1, ext("SELECT 'hp_a', count(*) FROM copyh_t")...),
+				"ParseComplete", "BindComplete", "D[hp_a,0]", "C[SELECT 1]", "Z[I]")
+		})
+	}
 }
