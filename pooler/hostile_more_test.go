@@ -295,7 +295,7 @@ func TestHostileReplication(t *testing.T) {
 		if n := one(t, a, mine); n != "0" {
 			apid := hostilePID(t, a)
 			dropped := q(a, "SELECT pg_drop_replication_slot('hr_tmp')")
-			knownLeak(t, "A, on server process %s (B's was %s; B pinned: %v), holds B's temporary replication slot hr_tmp; "+
+			processLeak(t, "A, on server process %s (B's was %s; B pinned: %v), holds B's temporary replication slot hr_tmp; "+
 				"A's pg_drop_replication_slot of it: %v", apid, pid, pinned, dropped)
 		}
 	})
@@ -375,7 +375,7 @@ func TestHostileSessionBuiltins(t *testing.T) {
 			}
 			apid := hostilePID(t, a)
 			if got := q(a, tc.check); !slices.Contains(got, tc.want) {
-				knownLeak(t, "A, on server process %s (B's was %s; B pinned: %v), after B's %q: %s gave %v, want %s",
+				processLeak(t, "A, on server process %s (B's was %s; B pinned: %v), after B's %q: %s gave %v, want %s",
 					apid, pid, pinned, tc.stmt, tc.check, got, tc.want)
 			}
 		})
@@ -404,18 +404,16 @@ func replStartup(t *testing.T, rc *rawConn) []string {
 // prometheusRegistry is a fresh metrics registry.
 func prometheusRegistry() *prometheus.Registry { return prometheus.NewRegistry() }
 
-// knownLeak skips t for a leak found by these tests and reported, not
-// yet fixed (production code is not changed with the tests): the state
-// belongs to the server process, the lexer marks the call opaque
-// (internal/sqllex sessionBuiltins), and the probe that then decides
-// whether the client stays pinned (pooler/pinning probeSQL) has no
-// column for it, so the client is unpinned and the next borrower of the
-// server process inherits it; were the client kept pinned, the DISCARD
-// ALL at its leaving (appendStateReset) would not end it either. Turn
-// the Skipf into Errorf once fixed.
-func knownLeak(t *testing.T, format string, args ...any) {
+// processLeak fails t for state that belongs to the server process and
+// reached the next client. The lexer marks the call ProcessState
+// (internal/sqllex processFuncs): the client is pinned (reason process)
+// for the rest of its session and its connection closed when it leaves,
+// since neither the probe (pooler/pinning) sees the state nor DISCARD
+// ALL ends it. Before 2026-12-07 the probe unpinned the client and the
+// next borrower inherited it; these cases were skipped as known leaks.
+func processLeak(t *testing.T, format string, args ...any) {
 	t.Helper()
-	t.Skipf("KNOWN LEAK (pinning probe blind to it; see knownLeak): "+format, args...)
+	t.Errorf("LEAK (server-process state): "+format, args...)
 }
 
 // laneTrio is a pooler with one server connection and a fast-query
@@ -747,7 +745,7 @@ func TestHostileOwedReadBackCopyFrom(t *testing.T) {
 				}
 				expectReply(t, "work_mem", q(a, "SHOW work_mem"), "D["+def+"]")
 				if held {
-					knownBug(t, "B, idle after ending its COPY FROM STDIN (%q, then %s in a later write), kept the only server "+
+					owedHang(t, "B, idle after ending its COPY FROM STDIN (%q, then %s in a later write), kept the only server "+
 						"connection: A's request waited until B sent another; the parameter read-back owed behind the COPY "+
 						"(a.followOwed) is sent only by the owner (followAtRest, or B's next synchronisation message), "+
 						"and the COPY's ReadyForQuery was read by the relay goroutine while the owner waited for B", shape.sql, end.name)
@@ -775,12 +773,14 @@ func replyWithin(c *rawConn, d time.Duration) ([]string, bool) {
 	}
 }
 
-// knownBug skips t for a bug found by these tests and reported, not yet
-// fixed (production code is not changed with the tests), once the rest
-// of the case has been checked. Turn the Skipf into Errorf once fixed.
-func knownBug(t *testing.T, format string, args ...any) {
+// owedHang fails t for a client that, idle after ending its COPY, kept
+// the connection because the parameter read-back owed behind the COPY
+// waited for its next message. Since 2026-12-07 the owner waits for the
+// COPY's ReadyForQuery instead (awaitOwedRest) and sends the read-back
+// then; before, the case was skipped as a known bug.
+func owedHang(t *testing.T, format string, args ...any) {
 	t.Helper()
-	t.Skipf("KNOWN BUG (see knownBug): "+format, args...)
+	t.Errorf("HANG: "+format, args...)
 }
 
 // cutShort is the start of a message of type typ announcing a body of n
