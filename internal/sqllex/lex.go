@@ -84,23 +84,21 @@ func (l *lexer) next() token {
 	s := l.src
 	for l.pos < len(s) {
 		c := s[l.pos]
-		switch {
-		case isSpace(c):
+		if isSpace(c) {
 			l.pos++
 			continue
-		case c == '-' && l.pos+1 < len(s) && s[l.pos+1] == '-':
-			l.pos = skipLineComment(s, l.pos)
-			continue
-		case c == '/' && l.pos+1 < len(s) && s[l.pos+1] == '*':
-			start := l.pos
-			end, ok := skipBlockComment(s, l.pos)
-			if !ok {
-				return l.bad(start)
-			}
-			l.pos = end
-			continue
 		}
-		break
+		if c != '-' && c != '/' {
+			break
+		}
+		end, ok := commentEnd(s, l.pos)
+		if !ok {
+			return l.bad(l.pos)
+		}
+		if end == l.pos {
+			break // an operator
+		}
+		l.pos = end
 	}
 	start := l.pos
 	if start >= len(s) {
@@ -114,23 +112,16 @@ func (l *lexer) next() token {
 	if start+2 < len(s) {
 		c2 = s[start+2]
 	}
+	if (c1 == '\'' || c1 == '&') && isLetter(c) {
+		if t, ok := l.prefixed(start, c, c1, c2); ok {
+			return t
+		}
+	}
 	switch {
 	case c == '\'':
 		return l.str(start, 0, start)
 	case c == '"':
 		return l.qident(start, 0, start)
-	case c1 == '\'' && (c == 'e' || c == 'E'):
-		return l.str(start, 'E', start+1)
-	case c1 == '\'' && (c == 'n' || c == 'N'):
-		return l.str(start, 'N', start+1)
-	case c1 == '\'' && (c == 'b' || c == 'B'):
-		return l.str(start, 'B', start+1)
-	case c1 == '\'' && (c == 'x' || c == 'X'):
-		return l.str(start, 'X', start+1)
-	case (c == 'u' || c == 'U') && c1 == '&' && c2 == '\'':
-		return l.str(start, 'U', start+2)
-	case (c == 'u' || c == 'U') && c1 == '&' && c2 == '"':
-		return l.qident(start, 'U', start+2)
 	case isIdentStart(c):
 		j := start + 1
 		for j < len(s) && isIdentCont(s[j]) {
@@ -144,17 +135,13 @@ func (l *lexer) next() token {
 	case c == '$':
 		return l.dollar(start)
 	case c == ';':
-		l.pos++
-		return token{kind: tSemi, start: start, end: l.pos}
+		return l.single(start, tSemi)
 	case c == '(':
-		l.pos++
-		return token{kind: tLParen, start: start, end: l.pos}
+		return l.single(start, tLParen)
 	case c == ')':
-		l.pos++
-		return token{kind: tRParen, start: start, end: l.pos}
+		return l.single(start, tRParen)
 	case c == ',':
-		l.pos++
-		return token{kind: tComma, start: start, end: l.pos}
+		return l.single(start, tComma)
 	case c == ':' && (c1 == ':' || c1 == '='), c == '.' && c1 == '.':
 		l.pos += 2
 		return token{kind: tOp, start: start, end: l.pos}
@@ -163,8 +150,54 @@ func (l *lexer) next() token {
 		return token{kind: tOp, start: start, end: l.pos}
 	}
 	// '.', ':', '[', ']' and bytes PostgreSQL rejects stand alone.
-	l.pos++
-	return token{kind: tOp, start: start, end: l.pos}
+	return l.single(start, tOp)
+}
+
+// single returns the one-byte token of kind k at start and moves l past
+// it. It gives each of next's one-byte cases a single line, and is small
+// enough to be inlined there.
+func (l *lexer) single(start int, k tokKind) token {
+	l.pos = start + 1
+	return token{kind: k, start: start, end: l.pos}
+}
+
+// commentEnd returns the index after the "--" or "/* … */" comment that
+// starts at i, or i when none does, and false when a block comment is
+// unterminated. It is kept out of next, whose loop over white space runs
+// before every token, because comments are rare.
+func commentEnd(s string, i int) (int, bool) {
+	if i+1 < len(s) {
+		switch {
+		case s[i] == '-' && s[i+1] == '-':
+			return skipLineComment(s, i), true
+		case s[i] == '/' && s[i+1] == '*':
+			return skipBlockComment(s, i)
+		}
+	}
+	return i, true
+}
+
+// prefixed lexes the string constant or quoted identifier with a letter
+// prefix (E'…', N'…', B'…', X'…', U&'…', U&"…") that starts with c, c1 and
+// c2 at start, and reports false when those bytes start none of them. It
+// is split from next, which calls it only for a letter c before a quote
+// or '&', so that an identifier is not tested against every prefix first.
+func (l *lexer) prefixed(start int, c, c1, c2 byte) (token, bool) {
+	switch {
+	case c1 == '\'' && (c == 'e' || c == 'E'):
+		return l.str(start, 'E', start+1), true
+	case c1 == '\'' && (c == 'n' || c == 'N'):
+		return l.str(start, 'N', start+1), true
+	case c1 == '\'' && (c == 'b' || c == 'B'):
+		return l.str(start, 'B', start+1), true
+	case c1 == '\'' && (c == 'x' || c == 'X'):
+		return l.str(start, 'X', start+1), true
+	case (c == 'u' || c == 'U') && c1 == '&' && c2 == '\'':
+		return l.str(start, 'U', start+2), true
+	case (c == 'u' || c == 'U') && c1 == '&' && c2 == '"':
+		return l.qident(start, 'U', start+2), true
+	}
+	return token{}, false
 }
 
 // bad returns a tBad token from start to the end of the input and moves the

@@ -63,10 +63,7 @@ type stmtScan struct {
 	begin         int     // open BEGIN ATOMIC (and CASE inside it) blocks
 	ids           [4]byte // first letters of create/or/replace/function/procedure among the first words
 	nids          int     // unquoted words seen
-	afterInsert   bool    // the previous token was INSERT or MERGE
-	afterDelete   bool    // the previous token was DELETE
-	into          bool    // the previous tokens were INTO [GLOBAL|LOCAL] [TABLE], not after INSERT or MERGE
-	target        bool    // the next name is written to: after UPDATE [ONLY], INSERT/MERGE INTO, DELETE FROM [ONLY], pg_catalog.
+	pending
 
 	last      token // the previous token; kind tEOF at the start
 	lastKw    kw    // the watched keyword last is, if any
@@ -75,10 +72,20 @@ type stmtScan struct {
 	named     bool  // the name last ends follows a word that names it rather than calls it (INTO, TABLE, AS…)
 }
 
+// pending is what the previous tokens leave for the next one alone: each
+// token takes it and clears it. It is a type of its own so that token can
+// hand it to the keyword rules in one piece.
+type pending struct {
+	afterInsert bool // the previous token was INSERT or MERGE
+	afterDelete bool // the previous token was DELETE
+	into        bool // the previous tokens were INTO [GLOBAL|LOCAL] [TABLE], not after INSERT or MERGE
+	target      bool // the next name is written to: after UPDATE [ONLY], INSERT/MERGE INTO, DELETE FROM [ONLY], pg_catalog.
+}
+
 // token takes the next token of the statement; l is the lexer just past it.
 func (ss *stmtScan) token(t token, l lexer) Flags {
-	afterInsert, afterDelete, into, target := ss.afterInsert, ss.afterDelete, ss.into, ss.target
-	ss.afterInsert, ss.afterDelete, ss.into, ss.target = false, false, false, false
+	p := ss.pending
+	ss.pending = pending{}
 	last, lastKw := ss.last, ss.lastKw
 	ss.last, ss.lastKw = t, kwNone
 	var f Flags
@@ -99,86 +106,127 @@ func (ss *stmtScan) token(t token, l lexer) Flags {
 			ss.beforeDot = token{kind: tEOF}
 			if isWord(last) {
 				ss.beforeDot = last
-				ss.target = target
+				ss.target = p.target
 			}
 		}
 	case tQIdent:
 		ss.chain(last, lastKw)
 		switch {
-		case into && isPgTemp(ss.src, t) && isDot(ss.src, l):
+		case p.into && isPgTemp(ss.src, t) && isDot(ss.src, l):
 			return CreateTemp
-		case target:
+		case p.target:
 			f = ss.written(t, l)
 		}
 	case tIdent:
 		ss.chain(last, lastKw)
 		w := ss.src[t.start:t.end]
-		k := loopKeyword(w)
+		var k kw
+		if len(w) <= 6 {
+			k = loopKeyword(w)
+		} else {
+			k = longLoopKeyword(w)
+		}
 		ss.lastKw = k
-		if ss.nids < len(ss.ids) {
-			switch k {
-			case kwCreate:
-				ss.ids[ss.nids] = 'c'
-			case kwOr:
-				ss.ids[ss.nids] = 'o'
-			case kwReplace:
-				ss.ids[ss.nids] = 'r'
-			case kwFunction:
-				ss.ids[ss.nids] = 'f'
-			case kwProcedure:
-				ss.ids[ss.nids] = 'p'
-			}
+		// Only a letter is stored, never the 0 that ids holds already:
+		// routine reads all four bytes of ids at once just below, and a
+		// one-byte store right before that read stalls it (storing on
+		// every word made Classify about a tenth slower).
+		if c := routineLetter(k); c != 0 && ss.nids < len(ss.ids) {
+			ss.ids[ss.nids] = c
 		}
 		ss.nids++
-		routine := ss.routine()
-		if routine && ss.paren == 0 {
-			switch k {
-			case kwBegin:
-				peek := l
-				if n := peek.next(); n.kind == tIdent && eqFold(ss.src[n.start:n.end], "atomic") {
-					ss.begin++
-				}
-			case kwCase:
-				if ss.begin > 0 {
-					ss.begin++
-				}
-			case kwEnd:
-				if ss.begin > 0 {
-					ss.begin--
-				}
-			}
+		if ss.paren == 0 && ss.routine() {
+			ss.routineBlock(k, l)
 		}
-		switch {
-		case k == kwInsert:
-			ss.afterInsert = true
-		case k == kwDelete:
-			ss.afterDelete = true
-		case k == kwUpdate:
-			ss.target = true
-		case k == kwFrom && afterDelete:
-			ss.target = true
-		case k == kwOnly && target:
-			ss.target = true
-		case k == kwInto:
-			ss.into = !afterInsert
-			ss.target = afterInsert
-			if !afterInsert {
-				// SELECT … INTO name is CREATE TABLE … AS in disguise.
-				f = SchemaChange
-			}
-		case into && (k == kwLocal || k == kwTable):
-			ss.into = true
-		case into && k == kwTemp:
-			return CreateTemp
-		case into && isPgTemp(ss.src, t):
-			if isDot(ss.src, l) {
-				return CreateTemp
-			}
-		case target:
-			f = ss.written(t, l)
+		// Most words are names and no watched keyword: they need the
+		// rules below only when the words before them left something
+		// pending.
+		if k != kwNone || p.into || p.target {
+			return ss.keyword(t, l, k, p)
 		}
 	}
 	return f
+}
+
+// routineLetter returns the letter ids records for a leading word k of
+// CREATE [OR REPLACE] FUNCTION|PROCEDURE, which routine reads, and 0 for
+// any other word. It is a function of its own so that token stays short,
+// and small enough to be inlined there.
+func routineLetter(k kw) byte {
+	switch k {
+	case kwCreate:
+		return 'c'
+	case kwOr:
+		return 'o'
+	case kwReplace:
+		return 'r'
+	case kwFunction:
+		return 'f'
+	case kwProcedure:
+		return 'p'
+	}
+	return 0
+}
+
+// routineBlock follows the BEGIN ATOMIC … END body of a routine being
+// created, outside parentheses, for the word k that l is just past: CASE
+// opens a block inside it that END closes too, so only the END of the
+// outermost block lets a semicolon end the statement. It is kept apart
+// from token because only CREATE FUNCTION|PROCEDURE needs it.
+func (ss *stmtScan) routineBlock(k kw, l lexer) {
+	switch k {
+	case kwBegin:
+		peek := l
+		if n := peek.next(); n.kind == tIdent && eqFold(ss.src[n.start:n.end], "atomic") {
+			ss.begin++
+		}
+	case kwCase:
+		if ss.begin > 0 {
+			ss.begin++
+		}
+	case kwEnd:
+		if ss.begin > 0 {
+			ss.begin--
+		}
+	}
+}
+
+// keyword applies the write-target and SELECT … INTO rules to the word t,
+// the watched keyword k (or kwNone for a name), given what the words
+// before it left pending in p; l is the lexer just past t. It is split
+// from token, which calls it only for a watched keyword or when p asks
+// for the next word, so that most names in a statement skip it.
+func (ss *stmtScan) keyword(t token, l lexer, k kw, p pending) Flags {
+	switch {
+	case k == kwInsert:
+		ss.afterInsert = true
+	case k == kwDelete:
+		ss.afterDelete = true
+	case k == kwUpdate:
+		ss.target = true
+	case k == kwFrom && p.afterDelete:
+		ss.target = true
+	case k == kwOnly && p.target:
+		ss.target = true
+	case k == kwInto:
+		ss.into = !p.afterInsert
+		ss.target = p.afterInsert
+		if !p.afterInsert {
+			// SELECT … INTO name is CREATE TABLE … AS in disguise.
+			return SchemaChange
+		}
+	case p.into && (k == kwLocal || k == kwTable):
+		ss.into = true
+	case p.into && k == kwTemp:
+		return CreateTemp
+	case p.into && isPgTemp(ss.src, t):
+		if isDot(ss.src, l) {
+			return CreateTemp
+		}
+	case p.target:
+		return ss.written(t, l)
+	}
+	return 0
 }
 
 // isDot reports whether the next token of l is '.'.
@@ -337,40 +385,61 @@ func (c castState) next(src string, t token) castState {
 func (ss *stmtScan) setConfig(l lexer) Flags {
 	const unsure = SetConfig | UnsureIdentity | SetParam
 	var args [3]arg
+	if !ss.setConfigArgs(l, &args) {
+		return unsure
+	}
+	a := args[0]
+	if !a.present || !a.literal || (a.tok.kind != tString && a.tok.kind != tDollar) {
+		return unsure
+	}
+	var buf [32]byte
+	name, st := appendValue(buf[:0], ss.src, a.tok, ss.escapeStrings, 24)
+	if st == decodeBad {
+		return unsure
+	}
+	local := ss.isLocal(args[2])
+	switch {
+	case st == decodeTooLong:
+	case eqFold(name, "role"):
+		return SetConfig | pick(local, SetRoleLocal, SetRole)
+	case eqFold(name, "session_authorization"):
+		return SetConfig | pick(local, SetSessionAuthLocal, SetSessionAuth)
+	}
+	return SetConfig | pick(local, SetParamLocal, SetParam)
+}
+
+// setConfigArgs reads the arguments of a set_config call that start at l
+// (just past the parenthesis) into their slots in args: setting_name,
+// new_value and is_local, by position or by name. An argument is present
+// when it has a token, and literal only when casts alone follow its first
+// one (see castState). It reports false when the text ends before the
+// call does, which leaves every argument unknown. It is kept apart from
+// setConfig so that reading the arguments and judging them can be read,
+// and changed, one at a time; args is filled in place rather than
+// returned, which would copy it.
+func (ss *stmtScan) setConfigArgs(l lexer, args *[3]arg) bool {
 	for pos := 0; ; pos++ {
 		t := l.next()
 		if t.kind == tRParen && pos == 0 {
-			break
+			return true
 		}
 		slot := pos
 		if t.kind == tIdent || t.kind == tQIdent {
-			peek := l
-			if p := peek.next(); p.kind == tOp && (ss.src[p.start:p.end] == "=>" || ss.src[p.start:p.end] == ":=") {
-				var buf [48]byte
-				name, _ := appendIdent(buf[:0], ss.src, t)
-				switch string(name) {
-				case "setting_name":
-					slot = 0
-				case "new_value":
-					slot = 1
-				case "is_local":
-					slot = 2
-				default:
-					slot = -1
-				}
-				l = peek
+			if named, ok := ss.argName(t, &l); ok {
+				slot = named
 				t = l.next()
 			}
 		}
 		first, n, cast := t, 0, castDone
 		depth := 0
+	value:
 		for ; ; t = l.next() {
 			switch t.kind {
 			case tEOF, tSemi, tBad:
-				return unsure
+				return false
 			case tComma, tRParen:
 				if depth == 0 {
-					goto done
+					break value
 				}
 			}
 			if n > 0 {
@@ -384,43 +453,59 @@ func (ss *stmtScan) setConfig(l lexer) Flags {
 			}
 			n++
 		}
-	done:
 		if slot >= 0 && slot < len(args) {
 			args[slot] = arg{tok: first, literal: cast == castDone, present: n > 0}
 		}
 		if t.kind == tRParen {
-			break
+			return true
 		}
 	}
-	a := args[0]
-	if !a.present || !a.literal || (a.tok.kind != tString && a.tok.kind != tDollar) {
-		return unsure
+}
+
+// argName reads a named argument's "name =>" or "name :=" when the word t
+// starts one, moving l past the arrow, and returns its slot in
+// setConfigArgs, -1 for a name set_config does not have. It reports false,
+// leaving l alone, when t is the start of a positional value. Named
+// arguments are rare, so they get a function of their own.
+func (ss *stmtScan) argName(t token, l *lexer) (slot int, ok bool) {
+	peek := *l
+	if p := peek.next(); p.kind != tOp || (ss.src[p.start:p.end] != "=>" && ss.src[p.start:p.end] != ":=") {
+		return 0, false
 	}
-	var buf [32]byte
-	name, st := appendValue(buf[:0], ss.src, a.tok, ss.escapeStrings, 24)
-	if st == decodeBad {
-		return unsure
+	*l = peek
+	var buf [48]byte
+	name, _ := appendIdent(buf[:0], ss.src, t)
+	switch string(name) {
+	case "setting_name":
+		return 0, true
+	case "new_value":
+		return 1, true
+	case "is_local":
+		return 2, true
 	}
-	local := false
-	if a := args[2]; a.present && a.literal {
-		switch a.tok.kind {
-		case tIdent:
-			local = eqFold(ss.src[a.tok.start:a.tok.end], "true")
-		case tString, tDollar:
-			var vb [16]byte
-			if v, st := appendValue(vb[:0], ss.src, a.tok, ss.escapeStrings, 8); st == decodeOK {
-				local, _ = parseBool(v)
-			}
+	return -1, true
+}
+
+// isLocal reports whether the is_local argument a of set_config makes the
+// change last only for the transaction: only one boolean or string
+// constant, perhaps cast to a harmless type, is read; anything else counts
+// as false, the session-level change, which the pooler must undo. It is
+// split from setConfig because it is the one argument read as a boolean.
+func (ss *stmtScan) isLocal(a arg) bool {
+	if !a.present || !a.literal {
+		return false
+	}
+	switch a.tok.kind {
+	case tIdent:
+		return eqFold(ss.src[a.tok.start:a.tok.end], "true")
+	case tString, tDollar:
+		var vb [16]byte
+		if v, st := appendValue(vb[:0], ss.src, a.tok, ss.escapeStrings, 8); st == decodeOK {
+			local, _ := parseBool(v)
+			return local
 		}
 	}
-	switch {
-	case st == decodeTooLong:
-	case eqFold(name, "role"):
-		return SetConfig | pick(local, SetRoleLocal, SetRole)
-	case eqFold(name, "session_authorization"):
-		return SetConfig | pick(local, SetSessionAuthLocal, SetSessionAuth)
-	}
-	return SetConfig | pick(local, SetParamLocal, SetParam)
+	return false
 }
 
 func pick(local bool, ifLocal, ifSession Flags) Flags {
@@ -508,7 +593,11 @@ func namingKeyword(k kw) bool {
 	return false
 }
 
-// loopKeyword returns the watched keyword w is, if any.
+// loopKeyword returns the watched keyword w, of at most six letters, is,
+// if any; longLoopKeyword takes the longer words. token picks one of the
+// two by length, rather than loopKeyword calling longLoopKeyword, so that
+// neither makes a call: a function that makes none needs no stack check
+// and no frame, which counts for a function run on every word.
 func loopKeyword(w string) kw {
 	switch len(w) {
 	case 2:
@@ -571,6 +660,14 @@ func loopKeyword(w string) kw {
 		case eqFold(w, "vacuum"):
 			return kwVacuum
 		}
+	}
+	return kwNone
+}
+
+// longLoopKeyword is loopKeyword for words of seven letters or more. It is
+// split off so that loopKeyword stays short.
+func longLoopKeyword(w string) kw {
+	switch len(w) {
 	case 7:
 		switch {
 		case eqFold(w, "replace"):

@@ -350,26 +350,9 @@ var errRow = errors.New("hiddencode: unexpected row")
 
 // Add takes one DataRow body of Query's result.
 func (b *Builder) Add(body []byte) error {
-	var col [8]*string
-	if len(body) < 2 || binary.BigEndian.Uint16(body) != uint16(len(col)) {
+	col, ok := columns(body)
+	if !ok {
 		return errRow
-	}
-	body = body[2:]
-	for i := range col {
-		if len(body) < 4 {
-			return errRow
-		}
-		l := int32(binary.BigEndian.Uint32(body))
-		body = body[4:]
-		if l < 0 {
-			continue
-		}
-		if int(l) > len(body) {
-			return errRow
-		}
-		v := string(body[:l])
-		col[i] = &v
-		body = body[l:]
 	}
 	row, kind, id := col[0], col[1], col[2]
 	if row == nil || kind == nil || id == nil || len(*row) != 1 || len(*kind) != 1 {
@@ -382,31 +365,7 @@ func (b *Builder) Add(body []byte) error {
 	k := key{(*kind)[0], uint32(oid)}
 	switch (*row)[0] {
 	case 'n', 'f':
-		if col[3] == nil {
-			return errRow
-		}
-		n := b.node(k)
-		n.name = *col[3]
-		if col[4] != nil && *col[4] == "t" {
-			b.seeds = append(b.seeds, k)
-		} else if (*row)[0] == 'f' {
-			if col[7] == nil {
-				return errRow
-			}
-			if b.bodies == nil {
-				b.bodies = make(map[uint32]string)
-			}
-			b.bodies[k.oid] = *col[7]
-		}
-		if k.kind == 'x' {
-			b.events = true
-		}
-		if k.kind == 'o' {
-			if b.ops == nil {
-				b.ops = make(map[string]struct{})
-			}
-			b.ops[n.name] = struct{}{}
-		}
+		return b.addObject(k, (*row)[0] == 'f', &col)
 	case 's':
 		if col[3] == nil {
 			return errRow
@@ -424,33 +383,105 @@ func (b *Builder) Add(body []byte) error {
 		}
 		b.fp[*col[3]] = *col[5] + ":" + *col[7]
 	case 'e', 'g':
-		if col[5] == nil || col[6] == nil || len(*col[5]) != 1 {
-			return errRow
-		}
-		roid, err := strconv.ParseUint(*col[6], 10, 32)
-		if err != nil {
-			return errRow
-		}
-		r := key{(*col[5])[0], uint32(roid)}
-		switch {
-		case (*row)[0] == 'g':
-			// A user cast between two built-in types: it may run behind
-			// any coercion, unless its function is a harmless built-in.
-			if r.oid >= firstUserOID || badBuiltin(col[7]) {
-				b.all = true
-			}
-		case r.kind == 'f' && r.oid < firstUserOID:
-			if badBuiltin(col[7]) {
-				b.seeds = append(b.seeds, k)
-			}
-		case r.kind == 'o' && r.oid >= firstUserOID:
-			b.seeds = append(b.seeds, k)
-		default:
-			t := b.node(r)
-			t.users = append(t.users, k)
-		}
+		return b.addUse(k, (*row)[0] == 'g', &col)
 	default:
 		return errRow
+	}
+	return nil
+}
+
+// columns splits a DataRow body into Query's eight columns, nil for NULL,
+// and reports false when it is not a row of eight. It is split from Add so
+// that reading the wire format and reading the facts stay apart.
+func columns(body []byte) (col [8]*string, ok bool) {
+	if len(body) < 2 || binary.BigEndian.Uint16(body) != uint16(len(col)) {
+		return col, false
+	}
+	body = body[2:]
+	for i := range col {
+		if len(body) < 4 {
+			return col, false
+		}
+		l := int32(binary.BigEndian.Uint32(body))
+		body = body[4:]
+		if l < 0 {
+			continue
+		}
+		if int(l) > len(body) {
+			return col, false
+		}
+		v := string(body[:l])
+		col[i] = &v
+		body = body[l:]
+	}
+	return col, true
+}
+
+// addObject takes an "n" row (an object) or, with function set, an "f"
+// row (a user function, with its body when it is in a language the bodies
+// are read in) for the object k: its name, whether it runs user code
+// itself, and what its kind implies (an event trigger, an operator's
+// symbol). It is one of Add's row kinds, given a function of its own to
+// keep Add short.
+func (b *Builder) addObject(k key, function bool, col *[8]*string) error {
+	if col[3] == nil {
+		return errRow
+	}
+	n := b.node(k)
+	n.name = *col[3]
+	if col[4] != nil && *col[4] == "t" {
+		b.seeds = append(b.seeds, k)
+	} else if function {
+		if col[7] == nil {
+			return errRow
+		}
+		if b.bodies == nil {
+			b.bodies = make(map[uint32]string)
+		}
+		b.bodies[k.oid] = *col[7]
+	}
+	if k.kind == 'x' {
+		b.events = true
+	}
+	if k.kind == 'o' {
+		if b.ops == nil {
+			b.ops = make(map[string]struct{})
+		}
+		b.ops[n.name] = struct{}{}
+	}
+	return nil
+}
+
+// addUse takes an "e" row (a dependency: using k may run what it points
+// at) or, with cast set, a "g" row (a user cast between two built-in
+// types, whose function it points at). It is one of Add's row kinds,
+// given a function of its own because it holds the rules for what a use
+// of a built-in, a user operator or another object implies.
+func (b *Builder) addUse(k key, cast bool, col *[8]*string) error {
+	if col[5] == nil || col[6] == nil || len(*col[5]) != 1 {
+		return errRow
+	}
+	roid, err := strconv.ParseUint(*col[6], 10, 32)
+	if err != nil {
+		return errRow
+	}
+	r := key{(*col[5])[0], uint32(roid)}
+	switch {
+	case cast:
+		// A user cast between two built-in types: it may run behind
+		// any coercion, unless its function is a harmless built-in.
+		if r.oid >= firstUserOID || badBuiltin(col[7]) {
+			b.all = true
+		}
+	case r.kind == 'f' && r.oid < firstUserOID:
+		if badBuiltin(col[7]) {
+			b.seeds = append(b.seeds, k)
+		}
+	case r.kind == 'o' && r.oid >= firstUserOID:
+		b.seeds = append(b.seeds, k)
+	default:
+		t := b.node(r)
+		t.users = append(t.users, k)
 	}
 	return nil
 }
