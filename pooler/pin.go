@@ -95,11 +95,15 @@ func (s *session) checkState(info sqlInfo) error {
 // or anything else that changes the session, and no probe can tell what
 // changed. In transaction mode the client is therefore pinned to its
 // server connection (reason "opaque") until it leaves, when the connection
-// is reset; with SessionStateError the message is refused outside a
-// transaction block instead. A FunctionCall never shares a server
+// is closed, in session mode too (the function may have left state in the
+// server process that no reset ends); with SessionStateError the message
+// is refused outside a transaction block instead. A FunctionCall never shares a server
 // connection with other clients' requests (pipeline.go does not take it).
 func (s *session) handleFunctionCall(ctx context.Context) error {
 	if s.p.cfg.Mode != ModeTransaction {
+		s.mu.Lock()
+		s.processBound = true // the function may be setseed: see below
+		s.mu.Unlock()
 		return s.forward(ctx, eFunc)
 	}
 	s.mu.Lock()
@@ -121,6 +125,10 @@ func (s *session) handleFunctionCall(ctx context.Context) error {
 		return s.raise(err, true)
 	}
 	s.pinLocked(a, pinning.Opaque, "FunctionCall")
+	// The OID may be setseed's, pg_backup_start's or another whose effect
+	// stays with the server process (sqllex.ProcessState), which DISCARD
+	// ALL does not end: the connection is closed when the client leaves.
+	s.processBound = true
 	s.push(a, entry{kind: eFunc})
 	err = s.writeServer(a, nil)
 	s.mu.Unlock()

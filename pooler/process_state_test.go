@@ -3,6 +3,7 @@ package pooler_test
 import (
 	"context"
 	"slices"
+	"strconv"
 	"testing"
 	"time"
 
@@ -112,6 +113,37 @@ func TestProcessState(t *testing.T) {
 			t.Errorf("LEAK: the next client's random() is B's seeded sequence's first value %s", got)
 		}
 	})
+
+	// A FunctionCall names its function by OID, here setseed's: the
+	// client is pinned (opaque) and its connection closed when it leaves,
+	// in either mode.
+	for _, mode := range []pooler.Mode{pooler.ModeTransaction, pooler.ModeSession} {
+		t.Run("FunctionCall/"+string(mode), func(t *testing.T) {
+			ctx := withTimeout(t, time.Minute)
+			h := newHarness(t, harnessOpts{cluster: c, poolSize: 1, cfg: pooler.Config{Mode: mode}})
+			first, _ := seeded(ctx, t)
+			d, _ := startRaw(ctx, t, clusterAddr(c), nil)
+			oid := one(t, d, "SELECT 'setseed(double precision)'::regprocedure::oid::text")
+			d.send(&pgproto3.Terminate{})
+			n, err := strconv.ParseUint(oid, 10, 32)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, _ := startRaw(ctx, t, h.ln.Addr().String(), nil)
+			pid := hostilePID(t, b)
+			noErrors(t, "B's FunctionCall of setseed", rawBatch(b, 1, &pgproto3.FunctionCall{Function: uint32(n),
+				ArgFormatCodes: []uint16{0}, Arguments: [][]byte{[]byte("0.25")}}))
+			if got := one(t, b, "SELECT random()::text"); got != first {
+				t.Errorf("B's random() after its setseed by FunctionCall: %s, want %s", got, first)
+			}
+			b.send(&pgproto3.Terminate{})
+			gone(ctx, t, pid, "pgq_process_state_none")
+			a, _ := startRaw(ctx, t, h.ln.Addr().String(), nil)
+			if got := one(t, a, "SELECT random()::text"); got == first {
+				t.Errorf("LEAK: the next client's random() is B's seeded sequence's first value %s", got)
+			}
+		})
+	}
 
 	t.Run("RefusedUnderError", func(t *testing.T) {
 		ctx := withTimeout(t, time.Minute)
