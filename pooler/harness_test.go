@@ -3,6 +3,7 @@ package pooler_test
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"net"
 	"sync"
 	"testing"
@@ -35,7 +36,8 @@ type harnessOpts struct {
 	minPool  int
 	cluster  *pgtest.Cluster // reuse a cluster
 	reg      prometheus.Registerer
-	backend  string // the server's connection string, when not the cluster's own (a proxy in front of it)
+	backend  string       // the server's connection string, when not the cluster's own (a proxy in front of it)
+	log      *slog.Logger // the pooler's logger; nil discards
 }
 
 func newHarness(t testing.TB, o harnessOpts) *harness {
@@ -61,7 +63,7 @@ func newHarness(t testing.TB, o harnessOpts) *harness {
 		cancel()
 		t.Fatalf("backend.NewManager: %v", err)
 	}
-	p, err := pooler.New(o.cfg, mgr, nil, o.reg)
+	p, err := pooler.New(o.cfg, mgr, o.log, o.reg)
 	if err != nil {
 		cancel()
 		t.Fatalf("pooler.New: %v", err)

@@ -1,13 +1,16 @@
 package pooler_test
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"log/slog"
 	"net"
 	"os"
 	"os/exec"
 	"regexp"
 	"strconv"
+	"sync"
 	"testing"
 	"time"
 )
@@ -35,10 +38,19 @@ func TestPgbench(t *testing.T) {
 	if testing.Short() {
 		t.Skip("long")
 	}
-	h := newHarness(t, harnessOpts{poolSize: 8})
+	// The pooler's warnings (a server connection lost, say) are shown
+	// when the test fails, so a failure under load says what broke.
+	logs := &lockedLog{}
+	h := newHarness(t, harnessOpts{poolSize: 8,
+		log: slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelWarn}))})
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("the pooler's warnings:\n%s", logs.String())
+		}
+	})
 	host, port, _ := net.SplitHostPort(h.ln.Addr().String())
 	env := append(os.Environ(), "PGHOST="+host, "PGPORT="+port, "PGUSER=postgres", "PGPASSWORD=postgres", "PGDATABASE=postgres", "PGSSLMODE=disable")
-	run := func(args ...string) string {
+	run := func(t *testing.T, args ...string) string {
 		t.Helper()
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		defer cancel()
@@ -50,14 +62,14 @@ func TestPgbench(t *testing.T) {
 		}
 		return string(out)
 	}
-	run("-i", "-s", "1", "-q")
+	run(t, "-i", "-s", "1", "-q")
 	dur := "10"
 	if os.Getenv("PGQUIC_QUICK") != "" {
 		dur = "3"
 	}
 	for _, mode := range []string{"simple", "extended", "prepared"} {
 		t.Run(mode, func(t *testing.T) {
-			out := run("-S", "-M", mode, "-c", "50", "-j", "2", "-T", dur, "-n")
+			out := run(t, "-S", "-M", mode, "-c", "50", "-j", "2", "-T", dur, "-n")
 			m := processedRe.FindStringSubmatch(out)
 			if m == nil {
 				t.Fatalf("no processed count in output:\n%s", out)
@@ -72,4 +84,23 @@ func TestPgbench(t *testing.T) {
 			t.Logf("%s: %d transactions; %s", mode, n, fmt.Sprint(regexp.MustCompile(`tps = [0-9.]+`).FindString(out)))
 		})
 	}
+}
+
+// lockedLog is an io.Writer for a test's logger that the pooler's
+// goroutines may write to at once.
+type lockedLog struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (l *lockedLog) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.Write(p)
+}
+
+func (l *lockedLog) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.String()
 }
