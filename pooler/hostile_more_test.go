@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -877,4 +878,40 @@ func TestHostilePartialMessage(t *testing.T) {
 				"ParseComplete", "BindComplete", "D[hp_a,0]", "C[SELECT 1]", "Z[I]")
 		})
 	}
+}
+
+// TestOwedReadBackTwoCopies: a SET and two COPY FROM STDIN in one Query
+// (PostgreSQL's copy2 regression test sends "select 0; copy test3 from
+// stdin; copy test3 from stdin; select 1;"). The SET's read-back is owed
+// behind the first COPY; its CopyDone clears copyOpen while the second
+// COPY still waits for data. On b6e62b7 the owner then waited for the
+// ReadyForQuery (awaitOwedRest) instead of reading the second COPY's
+// data, and the session hung with the server in COPY; now the second
+// CopyInResponse sets copyOpen again and wakes the owner. A, the other
+// client of the one connection, must get its answer with the default
+// work_mem once B's Query is done, and B keeps its own.
+func TestOwedReadBackTwoCopies(t *testing.T) {
+	ctx := withTimeout(t, time.Minute)
+	h := newHarness(t, harnessOpts{cluster: sharedCluster(t), poolSize: 1})
+	addr := h.ln.Addr().String()
+	b, _ := startRaw(ctx, t, addr, nil)
+	a, _ := startRaw(ctx, t, addr, nil)
+	noErrors(t, "table", q(b, "CREATE TABLE IF NOT EXISTS public.hm_two (a int)"))
+	def := one(t, a, "SHOW work_mem")
+	b.send(qm("SET work_mem = '9MB'; select 0; copy public.hm_two from stdin; copy public.hm_two from stdin; select 1;"))
+	for i := range 2 {
+		untilCopyIn(t, b)
+		b.send(&pgproto3.CopyData{Data: []byte(strconv.Itoa(i) + "\n")}, &pgproto3.CopyDone{})
+	}
+	got := hostileUntilZWithin(t, b, 20*time.Second, "B's Query with two COPYs")
+	if !slices.Contains(got, "C[COPY 1]") || !slices.Contains(got, "D[1]") || got[len(got)-1] != "Z[I]" {
+		t.Fatalf("B's Query with two COPYs: %v", got)
+	}
+	if got := one(t, a, "SHOW work_mem"); got != def {
+		t.Errorf("LEAK: A sees work_mem %s after B's SET, want %s", got, def)
+	}
+	if got := one(t, b, "SHOW work_mem"); got != "9MB" {
+		t.Errorf("B's own work_mem: %s, want 9MB", got)
+	}
+	noErrors(t, "drop", q(b, "DROP TABLE public.hm_two"))
 }

@@ -601,8 +601,10 @@ func (s *session) followAtRest(ctx context.Context) (bool, error) {
 // client would leave the connection held until the client spoke again:
 // one that stays silent after its COPY would keep it from every other
 // client. It reports false, and the owner waits for its client, when
-// nothing is owed, the client's COPY data has not ended, or a
-// transaction block holds the connection anyway.
+// nothing is owed, the client's COPY data has not ended (another COPY of
+// the same Query that asks for data sets copyOpen again and wakes the
+// owner, interpretLocked), the ReadyForQuery needs a Sync the client has
+// not sent, or a transaction block holds the connection anyway.
 func (s *session) awaitOwedRest(ctx context.Context) bool {
 	s.mu.Lock()
 	a := s.att
@@ -614,6 +616,13 @@ func (s *session) awaitOwedRest(ctx context.Context) bool {
 		rested := a.status == 'I'
 		s.mu.Unlock()
 		return rested // at rest already: followAtRest sends it now
+	}
+	if n := len(a.queue); a.queue[n-1].kind != eSync && a.queue[n-1].kind != eQuery {
+		// No Sync or Query is sent: its ReadyForQuery needs more from
+		// the client (an extended COPY whose client waits for the
+		// CommandComplete before its Sync).
+		s.mu.Unlock()
+		return false
 	}
 	ch, done := a.owedRest, a.done
 	s.mu.Unlock()

@@ -720,6 +720,17 @@ func (s *session) interpretLocked(a *attachment, rd *lanes.Rider, typ byte, body
 	case 'G', 'W': // CopyInResponse, CopyBothResponse: the server waits for data
 		m.result = relayWaiting
 		if typ == 'G' && head != nil {
+			if a.followOwed && !a.copyOpen {
+				// Another COPY of the same Query waits for data (the
+				// first one's CopyDone cleared copyOpen): the client's
+				// data is due again, so an owner waiting for the
+				// ReadyForQuery (awaitOwedRest) must read its client.
+				a.copyOpen = true
+				if a.owedRest != nil {
+					close(a.owedRest)
+					a.owedRest = make(chan struct{})
+				}
+			}
 			// The Syncs sent since the COPY and before its data ended
 			// get no answer (the client may have ended the data already).
 			a.copyIn = a.copyOpen
