@@ -54,3 +54,17 @@ func BenchmarkStatements(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkMayHoldProcessState is the look a session-mode pooler gives
+// every Query and Parse text: one pass that finds no candidate name in
+// pgbench's SELECT, and one that finds setseed and classifies the text.
+func BenchmarkMayHoldProcessState(b *testing.B) {
+	for _, sql := range []string{"SELECT abalance FROM pgbench_accounts WHERE aid = 42", "SELECT setseed(0.5)"} {
+		b.Run(sql[:min(len(sql), 20)], func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				MayHoldProcessState(sql)
+			}
+		})
+	}
+}

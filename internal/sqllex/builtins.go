@@ -233,20 +233,27 @@ func MayHoldProcessState(sql string) bool {
 
 // processNeedles hold, lower case, a part of every name in processFuncs
 // (TestProcessNeedles checks it), and "u&", which begins an identifier
-// written with Unicode escapes.
-var processNeedles = [...]string{"setseed", "backup_start", "replication_slot", "replication_origin",
-	"slot_get_", "slot_peek_", "dblink_connect", "u&"}
+// written with Unicode escapes, by their first letter.
+var processNeedles = [...][]string{
+	's' - 'a': {"setseed", "slot_get_", "slot_peek_"},
+	'b' - 'a': {"backup_start"},
+	'r' - 'a': {"replication_slot", "replication_origin"},
+	'd' - 'a': {"dblink_connect"},
+	'u' - 'a': {"u&"},
+	'z' - 'a': nil,
+}
 
 // mayNameProcessFunc reports whether sql holds one of processNeedles,
 // ignoring ASCII case.
 func mayNameProcessFunc(sql string) bool {
 	for i := 0; i < len(sql); i++ {
-		switch sql[i] | 0x20 {
-		case 's', 'b', 'r', 'd', 'u':
-			for _, n := range processNeedles {
-				if hasPrefixFold(sql[i:], n) {
-					return true
-				}
+		c := sql[i] | 0x20
+		if c < 'a' || c > 'z' {
+			continue
+		}
+		for _, n := range processNeedles[c-'a'] {
+			if hasPrefixFold(sql[i:], n) {
+				return true
 			}
 		}
 	}
@@ -256,17 +263,5 @@ func mayNameProcessFunc(sql string) bool {
 // hasPrefixFold reports whether s begins with prefix, a lower-case ASCII
 // string, ignoring the ASCII case of s.
 func hasPrefixFold(s, prefix string) bool {
-	if len(s) < len(prefix) {
-		return false
-	}
-	for j := 0; j < len(prefix); j++ {
-		c := s[j]
-		if 'A' <= c && c <= 'Z' {
-			c += 'a' - 'A'
-		}
-		if c != prefix[j] {
-			return false
-		}
-	}
-	return true
+	return len(s) >= len(prefix) && eqFold(s[:len(prefix)], prefix)
 }
