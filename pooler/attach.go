@@ -235,7 +235,16 @@ func (s *session) startAttachmentLocked(conn *backend.Conn, rd *lanes.Rider) *at
 	s.attGen++
 	a.conn, a.st, a.status, a.gen, a.rider = conn, st, 'I', s.attGen, rd
 	a.catalogGen = s.catalogGen // of the catalog its first request was read by
-	a.syncPoint = true          // an idle server, between requests
+	if !s.catalogRead && s.p.cfg.Mode == ModeTransaction {
+		// The first request was not read by the catalog (a Parse, whose
+		// Bind is; a Sync): DDL before now cannot have misled its
+		// reading, so it counts from now. s.catalogGen is an earlier
+		// request's, maybe from before DDL long over, and would close a
+		// connection for nothing (every new session's first Parse after
+		// any DDL did, failing the requests behind it on a lane).
+		a.catalogGen = s.p.catalogOf(conn.Pool()).gen.Load()
+	}
+	a.syncPoint = true // an idle server, between requests
 	s.att = a
 	a.stampAttach = true // s.lastRequest: the clock read of the request it serves (noteRequest)
 	if s.p.cfg.Mode == ModeSession {

@@ -322,6 +322,7 @@ func (s *session) checkHidden(info *sqlInfo, text []byte, memo *hiddenMemo) {
 	}
 	w := s.p.catalogOf(s.pool)
 	s.catalogGen = w.gen.Load() // before the names: a change in between is seen
+	s.catalogRead = true
 	if info.pins.Opaque || info.noQuery || len(text) == 0 {
 		return // opaque already, or nothing to hide from
 	}

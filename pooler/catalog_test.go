@@ -371,3 +371,41 @@ func TestCatalogReadNeverDelaysRequests(t *testing.T) {
 	pgExec(ctx, t, locker, "COMMIT")
 	waitState(t, "the blocked read to end", func() bool { return metricValue(t, reg, catalogReads, "") > reads0 })
 }
+
+// TestCatalogParseFirstAfterDDL: a request read by the catalog before
+// DDL changed it closes its connection when it ends (the DDL may have
+// added code it then ran), but a session whose first request is a Parse
+// has read nothing by the catalog yet. Before 2026-12-07 such a request
+// counted as read at the session's start, generation zero, so after any
+// DDL in the pooler's life every new session's first Parse (pgbench -M
+// prepared, any driver's first prepared statement) closed its connection,
+// and on a shared connection (a lane) failed the other clients' requests
+// behind it with 08006 (TestPgbench/prepared under load). Now the Parse
+// counts from when it was sent: the connection, the only one, is lent on.
+func TestCatalogParseFirstAfterDDL(t *testing.T) {
+	ctx := testCtx(t, time.Minute)
+	h, _ := catalogHarness(t, 1, time.Hour)
+	a := pgConnect(ctx, t, h)
+	pgExec(ctx, t, a, "DROP TABLE IF EXISTS public.cat_pf")
+	pgExec(ctx, t, a, "CREATE TABLE public.cat_pf (x int)")
+	t.Cleanup(func() { pgExec(context.Background(), t, a, "DROP TABLE IF EXISTS public.cat_pf") })
+	pid := func(res *pgconn.ResultReader) string {
+		t.Helper()
+		r := res.Read()
+		if r.Err != nil || len(r.Rows) != 1 {
+			t.Fatalf("pg_backend_pid(): %v (%d rows)", r.Err, len(r.Rows))
+		}
+		return string(r.Rows[0][0])
+	}
+	before := pid(a.ExecParams(ctx, "SELECT pg_backend_pid()", nil, nil, nil, nil))
+	for i := range 3 {
+		b := pgConnect(ctx, t, h)
+		if _, err := b.Prepare(ctx, "pf", "SELECT pg_backend_pid() FROM (SELECT count(*) FROM public.cat_pf) s", nil); err != nil {
+			t.Fatalf("Prepare: %v", err)
+		}
+		if got := pid(b.ExecPrepared(ctx, "pf", nil, nil, nil)); got != before {
+			t.Fatalf("session %d: its first Parse after DDL closed the server connection (pid %s, was %s)", i, got, before)
+		}
+		_ = b.Close(ctx)
+	}
+}

@@ -72,7 +72,7 @@ func (s *session) loop(ctx context.Context) error {
 			s.disarmIdle()
 		}
 		s.msgLen = wire.HeaderLen + n
-		s.curTyp = typ
+		s.curTyp, s.catalogRead = typ, false
 		if err != nil {
 			if pe := s.fired.Load(); pe != nil {
 				return pe // an idle timeout ended the session and told the client
@@ -844,21 +844,24 @@ func (s *session) finishRelease(a *attachment) {
 	s.mu.Lock()
 	s.endDDLLocked(a)
 	destroy := a.destroy
+	// retire: the connection must not be lent again, but what makes it so
+	// concerns this client's request alone, so requests of other clients
+	// written behind it on a lane are still answered before it goes.
+	retire := false
 	if !destroy && s.overlapsDDLLocked(a) {
 		// A request read by the catalog from before the DDL may have run
 		// code the DDL added: what the server holds is unknown.
-		destroy = true
-		a.destroy = true
+		retire = true
 		s.log.Info("closing a server connection whose requests ran while DDL changed the catalog", "server_pid", a.conn.PID)
 	}
-	if a.probeOwed && s.pin.probe && !s.pinned && !destroy {
+	if a.probeOwed && s.pin.probe && !s.pinned && !destroy && !retire {
 		// The probe after an opaque statement never ran (a COPY was open
 		// when it was due): what the server holds is unknown, so the
 		// connection goes rather than to another client.
-		destroy = true
-		a.destroy = true
+		retire = true
 		s.log.Info("closing a server connection whose session state is unknown after COPY", "server_pid", a.conn.PID)
 	}
+	a.destroy = a.destroy || retire
 	draining := s.draining
 	resetID := a.identity
 	cancels := a.cancels
@@ -881,8 +884,11 @@ func (s *session) finishRelease(a *attachment) {
 	}
 	switch {
 	case a.rider != nil:
+		if retire && !destroy {
+			a.rider.Retire()
+		}
 		a.rider.LeaveAt(now, destroy, s.p.laneLimits()) // the next client's replies, or back to the pool
-	case destroy:
+	case destroy || retire:
 		a.conn.Destroy()
 	default:
 		a.conn.ReleaseAt(now)
