@@ -253,16 +253,22 @@ func TestHostileReplication(t *testing.T) {
 	})
 
 	// PostgreSQL ends the startup of a client whose options name an
-	// unknown parameter with FATAL 42704; the pooler greets it and fails
-	// each statement with ERROR 42704 instead.
+	// unknown parameter with FATAL 42704, or give a known one a bad value
+	// with FATAL 22023. Before 2026-12-07 the pooler greeted such a client
+	// without asking a server (only reported parameters were checked at
+	// login) and failed each statement instead.
 	t.Run("OptionsFatalAtStartup", func(t *testing.T) {
-		for _, target := range []string{clusterAddr(c), addr} {
-			rc := dialRaw(ctx, t, target)
-			rc.send(&pgproto3.StartupMessage{ProtocolVersion: pgproto3.ProtocolVersionNumber,
-				Parameters: map[string]string{"user": "postgres", "database": "postgres", "options": "-c replication=database"}})
-			if got := replStartup(t, rc); !slices.Contains(got, "E[FATAL 42704]") {
-				t.Skipf("KNOWN DIVERGENCE (not a leak): %s greets a client with options '-c replication=database' (%v) and fails each "+
-					"statement with ERROR 42704, where PostgreSQL ends the startup with FATAL 42704 unrecognized configuration parameter", target, got)
+		for _, tc := range []struct{ options, want string }{
+			{"-c replication=database", "E[FATAL 42704]"},
+			{"-c work_mem=banana", "E[FATAL 22023]"},
+		} {
+			for _, target := range []string{clusterAddr(c), addr} {
+				rc := dialRaw(ctx, t, target)
+				rc.send(&pgproto3.StartupMessage{ProtocolVersion: pgproto3.ProtocolVersionNumber,
+					Parameters: map[string]string{"user": "postgres", "database": "postgres", "options": tc.options}})
+				if got := replStartup(t, rc); !slices.Contains(got, tc.want) || slices.Contains(got, "Z[I]") {
+					t.Errorf("%s, options %q: %v, want %s and no ReadyForQuery", target, tc.options, got, tc.want)
+				}
 			}
 		}
 	})

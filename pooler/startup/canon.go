@@ -24,7 +24,8 @@ import (
 const canonLimit = 1024
 
 // CanonTable maps a startup value of a reported parameter to the spelling
-// the server reports for it, per server database and user, as learnt from
+// the server reports for it (and keeps the unreported values a server
+// accepted), per server database and user, as learnt from
 // servers. It lets the pooler greet a client in transaction mode, where no
 // server connection is kept at login, with the values a server would have
 // reported, borrowing a server connection only for values it has not seen.
@@ -51,7 +52,13 @@ func canonKey(name, value, def string) string { return name + "\x00" + value + "
 // startup (a client's startup settings, in its spelling of the names),
 // keyed by the server's name, for the pool of database and user with the
 // server's defaults. It returns false when one of them has not been learnt
-// yet: the greeting must then ask a server, and Learn what it said.
+// yet, or a value of an unreported parameter has not been accepted by a
+// server of the pool before: the greeting must then ask a server (which
+// refuses the login as PostgreSQL would, for an unknown parameter or a bad
+// value), and Learn what it said. Unreported values are learnt too, though
+// nothing of theirs is greeted: else a client sending only those (options
+// -c work_mem=banana, -c replication=database) would be greeted without a
+// server and then fail every statement.
 func (t *CanonTable) Lookup(database, user string, defaults, startup map[string]string) (map[string]string, bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -60,6 +67,9 @@ func (t *CanonTable) Lookup(database, user string, defaults, startup map[string]
 	for k, v := range startup {
 		k = params.Canonical(k)
 		if !params.Reported(k) {
+			if _, ok := known[canonKey(k, v, "")]; !ok {
+				return nil, false
+			}
 			continue
 		}
 		c, ok := known[canonKey(k, v, defaults[k])]
@@ -89,8 +99,12 @@ func (t *CanonTable) Learn(database, user string, defaults, startup, desired map
 	}
 	for k, v := range startup {
 		k = params.Canonical(k)
-		if c, ok := desired[k]; ok && params.Reported(k) {
+		switch c, ok := desired[k]; {
+		case !ok:
+		case params.Reported(k):
 			known[canonKey(k, v, defaults[k])] = c
+		default:
+			known[canonKey(k, v, "")] = v // accepted: nothing to spell
 		}
 	}
 }
