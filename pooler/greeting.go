@@ -35,6 +35,7 @@ func (s *session) canonicalStartup(ctx context.Context, defaults map[string]stri
 			s.desired[k] = v
 		}
 		s.paramKey = ""
+		s.ignoreStartupAuthorization(defaults)
 		return nil
 	}
 	conn, _, err := s.acquireConn(ctx, pipeBatch{})
@@ -53,7 +54,28 @@ func (s *session) canonicalStartup(ctx context.Context, defaults map[string]stri
 	}
 	conn.Release()
 	p.canon.Learn(s.pool.Database(), s.pool.User(), defaults, sp.Settings, s.desired)
+	s.ignoreStartupAuthorization(defaults)
 	return nil
+}
+
+// ignoreStartupAuthorization does with a session_authorization among the
+// startup parameters what PostgreSQL does: the value is checked (the
+// server refused it above if the login role may not take it), and then
+// the login role's own is in force, for PostgreSQL sets it at login over
+// the client's (InitializeSessionUserId). Applied, it would make the
+// client another user than PostgreSQL would.
+func (s *session) ignoreStartupAuthorization(defaults map[string]string) {
+	const name = "session_authorization"
+	if _, ok := s.startupParams[name]; !ok {
+		return
+	}
+	delete(s.startupParams, name)
+	if v, ok := defaults[name]; ok {
+		s.desired[name] = v
+	} else {
+		delete(s.desired, name)
+	}
+	s.paramKey = ""
 }
 
 // appendGreeting appends to buf the ParameterStatus messages of the

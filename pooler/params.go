@@ -174,8 +174,10 @@ func (s *session) syncQuery(conn *backend.Conn, st *serverState) (q string, setU
 	if all {
 		// An earlier client ran RESET ALL, set_config of a parameter we
 		// cannot name, or set one this client does not: start from the
-		// defaults again.
-		q = "RESET ALL;" + q
+		// defaults again. RESET ALL leaves role and session_authorization
+		// alone (GUC_NO_RESET_ALL), which an earlier client's startup
+		// options may have set (-c role=...): they are reset first.
+		q = "RESET SESSION AUTHORIZATION;RESET ROLE;RESET ALL;" + q
 	}
 	return q, setUnreported, all
 }

@@ -299,6 +299,7 @@ func (s *session) connect(ctx context.Context, b pipeBatch) (*backend.Conn, *lan
 	if err := s.flushClient(); err != nil { // a previous relay may still hold bytes
 		return nil, nil, "", err
 	}
+	retried := false
 	for {
 		conn, rd, err := s.acquireConn(ctx, b)
 		if err != nil {
@@ -317,6 +318,17 @@ func (s *session) connect(ctx context.Context, b pipeBatch) (*backend.Conn, *lan
 		sync, err := s.syncParams(ctx, conn)
 		if err != nil {
 			var pe *PGError
+			if errors.As(err, &pe) && pe.Severity != "FATAL" && !retried {
+				// The values were accepted at login, by this pool's
+				// server, yet this process refuses one: its own past
+				// decides (temp_buffers once it used temporary tables,
+				// a placeholder prefix it reserved). Another process,
+				// a new one if need be, is tried once, so what an
+				// earlier client did there does not fail this one.
+				retried = true
+				s.releaseConn(conn, rd, true)
+				continue
+			}
 			if errors.As(err, &pe) && pe.Severity != "FATAL" {
 				s.releaseConn(conn, rd, false) // the SET failed cleanly; the server is idle again
 			} else {
@@ -844,24 +856,25 @@ func (s *session) finishRelease(a *attachment) {
 	s.mu.Lock()
 	s.endDDLLocked(a)
 	destroy := a.destroy
-	// retire: the connection must not be lent again, but what makes it so
-	// concerns this client's request alone, so requests of other clients
-	// written behind it on a lane are still answered before it goes.
-	retire := false
 	if !destroy && s.overlapsDDLLocked(a) {
 		// A request read by the catalog from before the DDL may have run
-		// code the DDL added: what the server holds is unknown.
-		retire = true
+		// code the DDL added: what the server holds is unknown. On a lane
+		// the requests behind it fail too (Leave with destroy): they ran
+		// after it, on whatever the added code left in the session (a
+		// trigger's set_config), so their answers must not reach their
+		// clients (TestHostileDDLLaneRiderBehindStaleRequest).
+		destroy = true
+		a.destroy = true
 		s.log.Info("closing a server connection whose requests ran while DDL changed the catalog", "server_pid", a.conn.PID)
 	}
-	if a.probeOwed && s.pin.probe && !s.pinned && !destroy && !retire {
+	if a.probeOwed && s.pin.probe && !s.pinned && !destroy {
 		// The probe after an opaque statement never ran (a COPY was open
 		// when it was due): what the server holds is unknown, so the
 		// connection goes rather than to another client.
-		retire = true
+		destroy = true
+		a.destroy = true
 		s.log.Info("closing a server connection whose session state is unknown after COPY", "server_pid", a.conn.PID)
 	}
-	a.destroy = a.destroy || retire
 	draining := s.draining
 	resetID := a.identity
 	cancels := a.cancels
@@ -884,11 +897,8 @@ func (s *session) finishRelease(a *attachment) {
 	}
 	switch {
 	case a.rider != nil:
-		if retire && !destroy {
-			a.rider.Retire()
-		}
 		a.rider.LeaveAt(now, destroy, s.p.laneLimits()) // the next client's replies, or back to the pool
-	case destroy || retire:
+	case destroy:
 		a.conn.Destroy()
 	default:
 		a.conn.ReleaseAt(now)

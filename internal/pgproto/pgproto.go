@@ -41,6 +41,7 @@ const (
 	CodeInvalidAuthSpec       = "28000"
 	CodeInvalidPassword       = "28P01"
 	CodeInvalidCatalogName    = "3D000"
+	CodeSyntaxError           = "42601"
 	CodeInsufficientPrivilege = "42501"
 	CodeDuplicatePStatement   = "42P05"
 	CodeOutOfMemory           = "53200"

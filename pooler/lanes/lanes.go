@@ -9,9 +9,7 @@
 // ReadyForQuery has been read (Rider.Leave), so each session reads exactly
 // its own replies. The last rider returns the connection to the pool, or
 // hands it straight to a session waiting for one. A lost connection fails
-// every rider on it (Rider.Fail). A connection that must not be lent again,
-// but whose riders may still be answered on it, is retired instead
-// (Rider.Retire): it takes no new rider and goes once the last has left.
+// every rider on it (Rider.Fail).
 //
 // A lane takes a rider only while every request on it is of a kind known
 // to be fast (Latency, fed by Leave) and the one the server runs has not
@@ -67,7 +65,6 @@ type Lane struct {
 	seals     int      // riders that asked for a cancel: no new rider while any is on the lane
 	solo      bool     // the first rider's request may be sent again (Solo): no rider behind it
 	cancelled bool     // a cancel was sent while several requests were on the connection
-	retired   bool     // the connection is destroyed once its riders have left (Retire)
 	key       string   // run-time parameters every rider expects (SetKey)
 	err       error    // the connection was lost
 
@@ -160,7 +157,7 @@ func (lp *Pool) Lead(conn *backend.Conn, rd *Rider, key string, slot **Lane) *Ri
 		l = &Lane{lp: lp, conn: conn}
 		*slot = l
 	}
-	l.lp, l.err, l.seals, l.solo, l.key, l.cancelled, l.retired = lp, nil, 0, false, key, false, false
+	l.lp, l.err, l.seals, l.solo, l.key, l.cancelled = lp, nil, 0, false, key, false
 	rd.l, rd.turn, rd.since = l, turnNow, time.Now().UnixNano()
 	l.riders = append(l.riders[:0], rd)
 	l.writing = true
@@ -199,7 +196,7 @@ func (lp *Pool) Join(rd *Rider, key string, lim Limits) *Rider {
 // query of such a kind could (a pg_sleep(3) after many pg_sleep(0)): it
 // takes no one behind it from then on. lp.mu must be held.
 func (l *Lane) accepts(key string, lim Limits, now int64) bool {
-	if l.writing || l.seals > 0 || l.solo || l.retired || l.err != nil || len(l.riders) == 0 || len(l.riders) >= lim.Depth || l.key != key {
+	if l.writing || l.seals > 0 || l.solo || l.err != nil || len(l.riders) == 0 || len(l.riders) >= lim.Depth || l.key != key {
 		return false
 	}
 	for _, r := range l.riders {
@@ -411,7 +408,6 @@ func (rd *Rider) LeaveAt(now time.Time, destroy bool, lim Limits) {
 		lp.mu.Unlock()
 		return
 	}
-	destroy = destroy || l.retired
 	if !destroy && lp.exclusive == 0 && len(lp.waiters) > 0 && !l.conn.Expired() && !lp.pool.Closing() {
 		// Hand the connection straight to the first waiter, whose
 		// request leads the lane now: no trip through the pool.
@@ -444,19 +440,12 @@ func (lp *Pool) detach(rd *Rider) bool {
 	lp.mu.Lock()
 	defer lp.mu.Unlock()
 	l := rd.l
-	if len(l.riders) != 1 || l.riders[0] != rd || l.writing || l.retired {
+	if len(l.riders) != 1 || l.riders[0] != rd || l.writing {
 		return false
 	}
 	l.riders = l.riders[:0]
 	lp.dropLocked(l)
 	return true
-}
-
-// retire marks rd's lane retired: see Rider.Retire.
-func (lp *Pool) retire(rd *Rider) {
-	lp.mu.Lock()
-	rd.l.retired = true
-	lp.mu.Unlock()
 }
 
 // fail marks rd's lane lost: every rider still on it fails.
@@ -691,14 +680,6 @@ func (rd *Rider) Detach() bool { return rd.l.lp.detach(rd) }
 
 // Fail marks rd's lane lost: every rider still on it fails with err.
 func (rd *Rider) Fail(err error) { rd.l.lp.fail(rd, err) }
-
-// Retire says that rd's connection must not be lent again, while the
-// requests already written on it may still be answered there (what rd's
-// request ran is unknown, say, but touches no request but its own): the
-// lane takes no new rider, and the last rider to leave destroys the
-// connection, as Leave with destroy would. Destroying it at once would
-// fail the requests behind rd, which have nothing to do with why it goes.
-func (rd *Rider) Retire() { rd.l.lp.retire(rd) }
 
 // Solo keeps other clients' requests off rd's connection until rd leaves
 // (see Pool.solo); false when rd already shares it.

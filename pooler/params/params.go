@@ -171,7 +171,12 @@ func QuoteValue(v string) string {
 // what the catalogs hold: temp_buffers once the process used temporary
 // tables, a custom placeholder (myapp.x, plpgsql.x) once its prefix is
 // reserved in that process, default_text_search_config or
-// default_tablespace after the object was dropped.
+// default_tablespace after the object was dropped. Nor are parameters
+// only a superuser or a role granted SET may change (log_statement,
+// log_min_duration_statement, track_io_timing): a value accepted once is
+// refused after REVOKE, and a refused sync pipelined ahead of a
+// statement rolls back whole, its RESET ALL included, so the statement
+// would run with the previous client's values.
 var valueChecked = map[string]bool{}
 
 func init() {
@@ -195,15 +200,14 @@ func init() {
 		gin_pending_list_limit hash_mem_multiplier
 		idle_in_transaction_session_timeout idle_session_timeout jit
 		jit_above_cost jit_inline_above_cost jit_optimize_above_cost
-		join_collapse_limit lock_timeout log_min_duration_statement
-		log_statement logical_decoding_work_mem maintenance_work_mem
+		join_collapse_limit lock_timeout logical_decoding_work_mem maintenance_work_mem
 		max_parallel_maintenance_workers max_parallel_workers
 		max_parallel_workers_per_gather min_parallel_index_scan_size
 		min_parallel_table_scan_size parallel_leader_participation
 		parallel_setup_cost parallel_tuple_cost plan_cache_mode
 		quote_all_identifiers random_page_cost recursive_worktable_factor
 		row_security search_path seq_page_cost statement_timeout
-		synchronize_seqscans synchronous_commit track_io_timing
+		synchronize_seqscans synchronous_commit
 		transform_null_equals vacuum_cost_delay vacuum_cost_limit
 		vacuum_cost_page_dirty vacuum_cost_page_hit vacuum_cost_page_miss
 		vacuum_freeze_min_age vacuum_freeze_table_age

@@ -71,6 +71,7 @@ func refuse(code, msg string) *Error { return &Error{Code: code, Message: msg} }
 // without a type assertion.
 func Parse(b []byte) (*Params, *Error) {
 	sp := &Params{Settings: make(map[string]string)}
+	var opts map[string]string // from options, which the packet's own parameters override
 	for {
 		name, rest, ok := wire.CString(b)
 		if !ok {
@@ -98,12 +99,20 @@ func Parse(b []byte) (*Params, *Error) {
 				return nil, refuse(pgproto.CodeFeatureNotSupported, "replication connections are not supported by the pooler")
 			}
 		case k == "options":
-			if err := parseOptions(v, sp.Settings); err != nil {
+			opts = make(map[string]string)
+			if err := parseOptions(v, opts); err != nil {
 				return nil, err
 			}
 		case strings.HasPrefix(k, "_pq_."):
 			sp.Unknown = append(sp.Unknown, k)
 		default:
+			setFold(sp.Settings, k, v)
+		}
+	}
+	for k, v := range opts {
+		// PostgreSQL applies options first and the packet's parameters
+		// after them, so a name given in both takes the packet's value.
+		if !hasFold(sp.Settings, k) {
 			sp.Settings[k] = v
 		}
 	}
@@ -118,24 +127,27 @@ func Parse(b []byte) (*Params, *Error) {
 
 // parseOptions reads the "-c name=value" and "--name=value" switches libpq
 // sends in the options parameter (PGOPTIONS). Backslash escapes a space.
+// It reads bytes, not runes, so a value that is not UTF-8 reaches the
+// server as sent (the server checks the encoding). A name given twice, in
+// any case, takes the later value, as PostgreSQL's GUC names ignore case.
 func parseOptions(opts string, into map[string]string) *Error {
 	var words []string
 	var cur strings.Builder
 	esc := false
-	for _, r := range opts {
-		switch {
+	for i := 0; i < len(opts); i++ {
+		switch c := opts[i]; {
 		case esc:
-			cur.WriteRune(r)
+			cur.WriteByte(c)
 			esc = false
-		case r == '\\':
+		case c == '\\':
 			esc = true
-		case r == ' ' || r == '\t':
+		case c == ' ' || c == '\t':
 			if cur.Len() > 0 {
 				words = append(words, cur.String())
 				cur.Reset()
 			}
 		default:
-			cur.WriteRune(r)
+			cur.WriteByte(c)
 		}
 	}
 	if cur.Len() > 0 {
@@ -152,6 +164,9 @@ func parseOptions(opts string, into map[string]string) *Error {
 			kv = w[2:]
 		case strings.HasPrefix(w, "--"):
 			kv = w[2:]
+		case !strings.HasPrefix(w, "-"):
+			// As PostgreSQL words it, for a stray word after the switches.
+			return refuse(pgproto.CodeSyntaxError, fmt.Sprintf("invalid command-line argument for server process: %s", w))
 		default:
 			return refuse(pgproto.CodeFeatureNotSupported, fmt.Sprintf("unsupported startup option %q: only -c name=value is supported", w))
 		}
@@ -159,9 +174,34 @@ func parseOptions(opts string, into map[string]string) *Error {
 		if !ok || k == "" {
 			return refuse(pgproto.CodeProtocolViolation, fmt.Sprintf("invalid startup option %q", kv))
 		}
-		into[strings.ReplaceAll(k, "-", "_")] = v
+		setFold(into, strings.ReplaceAll(k, "-", "_"), v)
 	}
 	return nil
+}
+
+// setFold sets m[k] to v, dropping any key that differs from k only in
+// ASCII case: PostgreSQL's parameter names ignore case, so of two
+// spellings of one name the later is the one in force.
+func setFold(m map[string]string, k, v string) {
+	for old := range m {
+		if old != k && strings.EqualFold(old, k) {
+			delete(m, old)
+		}
+	}
+	m[k] = v
+}
+
+// hasFold reports whether m has k in any ASCII case.
+func hasFold(m map[string]string, k string) bool {
+	if _, ok := m[k]; ok {
+		return true
+	}
+	for old := range m {
+		if strings.EqualFold(old, k) {
+			return true
+		}
+	}
+	return false
 }
 
 // AppendV2Error appends a FATAL error in the format of protocol 2 ('E' and

@@ -67,6 +67,11 @@ func TestParse(t *testing.T) {
 			want: &Params{User: "alice", Database: "alice", Settings: map[string]string{"search_path": "app", "work_mem": "4MB"}},
 		},
 		{
+			name: "the packet's own parameter wins over options, in either order",
+			in:   packet("user", "alice", "SEARCH_PATH", "pkt", "options", "-c search_path=opt -c work_mem=1MB", "Work_Mem", "2MB"),
+			want: &Params{User: "alice", Database: "alice", Settings: map[string]string{"SEARCH_PATH": "pkt", "Work_Mem": "2MB"}},
+		},
+		{
 			name: "an empty packet has no user",
 			in:   packet(),
 			code: pgproto.CodeInvalidAuthSpec, message: "no PostgreSQL user name specified in startup packet",
@@ -157,11 +162,13 @@ func TestParseOptions(t *testing.T) {
 		{opts: `-c a=tab\	in`, want: map[string]string{"a": "tab\tin"}},
 		{opts: `-c\ a=1`, want: map[string]string{" a": "1"}}, // one word: the name is " a", its space kept
 		{opts: "-c a=1 -c a=2", want: map[string]string{"a": "2"}},
+		{opts: "-c search_path=x -c SEARCH_PATH=y", want: map[string]string{"SEARCH_PATH": "y"}}, // one name in two spellings: the later
+		{opts: "-c a=\xff\xfe", want: map[string]string{"a": "\xff\xfe"}},                        // not UTF-8: the bytes as sent
 		{opts: "-c", code: pgproto.CodeProtocolViolation, message: `invalid startup option ""`},
 		{opts: "-c =1", code: pgproto.CodeProtocolViolation, message: `invalid startup option "=1"`},
 		{opts: "--flag", code: pgproto.CodeProtocolViolation, message: `invalid startup option "flag"`},
 		{opts: "-c a=1 -d", code: pgproto.CodeFeatureNotSupported, message: `unsupported startup option "-d": only -c name=value is supported`},
-		{opts: "a=1", code: pgproto.CodeFeatureNotSupported, message: `unsupported startup option "a=1": only -c name=value is supported`},
+		{opts: "a=1", code: pgproto.CodeSyntaxError, message: `invalid command-line argument for server process: a=1`},
 	} {
 		got := map[string]string{}
 		err := parseOptions(tc.opts, got)
