@@ -366,13 +366,6 @@ func TestRunKnee(t *testing.T) {
 	}
 }
 
-// TestRunKneeLongRoundTrip ramps steeply across the capacity of workers
-// whose queries take a long round trip, like a few QUIC streams across a
-// WAN: 30 workers at 150 ms serve a little under 200 q/s, and the ramp
-// climbs 100 q/s each second. Completions trail arrivals by 150 ms, so each
-// second completes about 15 fewer queries than it offers even well below
-// capacity; the knee must still be found near the capacity, not reported
-// as "none" because the lag alone exceeds 2% of the offer.
 // TestRunKneeIgnoresDraining: a stall leaves a backlog that the next
 // seconds drain; those seconds complete more than they were offered but
 // began behind, so they do not count as kept up and the knee stays below
@@ -403,20 +396,44 @@ func TestRunKneeIgnoresDraining(t *testing.T) {
 	}
 }
 
+// TestRunKneeLongRoundTrip ramps steeply across the capacity of workers
+// whose queries take a long round trip, like a few QUIC streams across a
+// WAN: 30 workers at 150 ms serve a little under 200 q/s, and the ramp
+// climbs 100 q/s each second. Completions trail arrivals by 150 ms, so each
+// second completes about 15 fewer queries than it offers even well below
+// capacity; the knee must still be found near the capacity, not reported
+// as "none" because the lag alone exceeds 2% of the offer.
+//
+// Real 150 ms sleeps on two shared cores: a busy second (CI runs the race
+// detector on other packages meanwhile) can slow a window below capacity
+// by the timer slack alone, so the ramp is run up to three times and the
+// knee must be found in one of them (the failed tries are logged).
 func TestRunKneeLongRoundTrip(t *testing.T) {
-	r, err := Run(context.Background(), RunConfig{Schedule: Ramp(20, 620, 6*time.Second), Grace: 100 * time.Millisecond},
-		workers(30, sleepWorker{150 * time.Millisecond}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	checkAccounting(t, r, nil)
 	capacity := 30 / 0.150
-	if r.KneeQPS < 0.6*capacity || r.KneeQPS > 1.15*capacity || r.KeptUp {
-		for _, w := range r.Windows {
-			t.Logf("%+v", w)
+	var tries []string
+	for try := range 3 {
+		r, err := Run(context.Background(), RunConfig{Schedule: Ramp(20, 620, 6*time.Second), Grace: 100 * time.Millisecond},
+			workers(30, sleepWorker{150 * time.Millisecond}))
+		if err != nil {
+			t.Fatal(err)
 		}
-		t.Errorf("knee %.0f q/s (kept up %v), capacity at most %.0f q/s", r.KneeQPS, r.KeptUp, capacity)
+		checkAccounting(t, r, nil)
+		if r.KneeQPS >= 0.6*capacity && r.KneeQPS <= 1.15*capacity && !r.KeptUp {
+			for _, s := range tries {
+				t.Log(s)
+			}
+			return
+		}
+		msg := fmt.Sprintf("try %d: knee %.0f q/s (kept up %v), capacity at most %.0f q/s; windows:", try+1, r.KneeQPS, r.KeptUp, capacity)
+		for _, w := range r.Windows {
+			msg += fmt.Sprintf("\n  %+v", w)
+		}
+		tries = append(tries, msg)
 	}
+	for _, s := range tries {
+		t.Log(s)
+	}
+	t.Errorf("no knee near the capacity in %d tries", len(tries))
 }
 
 func TestRunConfigErrors(t *testing.T) {
