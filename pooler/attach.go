@@ -234,15 +234,15 @@ func (s *session) startAttachmentLocked(conn *backend.Conn, rd *lanes.Rider) *at
 	}
 	s.attGen++
 	a.conn, a.st, a.status, a.gen, a.rider = conn, st, 'I', s.attGen, rd
-	a.catalogGen = s.catalogGen // of the catalog its first request was read by
+	a.catalogAt = s.catalogAt // the catalog its first request was read by
 	if !s.catalogRead && s.p.cfg.Mode == ModeTransaction {
 		// The first request was not read by the catalog (a Parse, whose
 		// Bind is; a Sync): DDL before now cannot have misled its
-		// reading, so it counts from now. s.catalogGen is an earlier
+		// reading, so it counts from now. s.catalogAt is an earlier
 		// request's, maybe from before DDL long over, and would close a
 		// connection for nothing (every new session's first Parse after
 		// any DDL did, failing the requests behind it on a lane).
-		a.catalogGen = s.p.catalogOf(conn.Pool()).gen.Load()
+		a.catalogAt = s.p.catalogOf(conn.Pool()).mark()
 	}
 	a.syncPoint = true // an idle server, between requests
 	s.att = a

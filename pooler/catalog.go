@@ -58,7 +58,7 @@ type catalogWatch struct {
 	busy chan struct{}
 
 	// gen mirrors epoch for readers that take no lock: an attachment
-	// notes it when it starts (catalogGen) and compares it when it ends.
+	// notes it when it starts (catalogAt) and compares it when it ends.
 	gen atomic.Uint64
 
 	mu sync.Mutex
@@ -72,6 +72,13 @@ type catalogWatch struct {
 	// ddl counts server connections that ran DDL in a transaction which
 	// has not ended yet; no read is kept while it is not zero.
 	ddl int
+	// ends counts the ends of such transactions (ddlEnded), read without
+	// the lock by sessions noting what their requests were read by.
+	ends atomic.Uint64
+	// changed is closed, and replaced, at every change and every read
+	// that ends: a release waiting for the catalog after DDL
+	// (sameCodeAfter) looks again then.
+	changed chan struct{}
 }
 
 // poolShared is what the pooler keeps with each backend pool
@@ -99,6 +106,23 @@ func (p *Pooler) catalogOf(pool *backend.Pool) *catalogWatch {
 	return w.(*catalogWatch)
 }
 
+// catalogMark is the catalog a request was read by: the watch's
+// generation and its count of ended DDL transactions then, and the names
+// it knew (nil: none, so the request was read as opaque).
+type catalogMark struct {
+	gen, ends uint64
+	names     *hiddencode.Names
+}
+
+// mark returns the catalog a request read now is read by. The count of
+// ends is read first and the names last, so an end in between is counted
+// (sameCodeAfter then expects one more) and a change is seen by gen.
+func (w *catalogWatch) mark() catalogMark {
+	ends := w.ends.Load()
+	gen := w.gen.Load()
+	return catalogMark{gen: gen, ends: ends, names: w.names.Load()}
+}
+
 // current returns what is known of the catalog: nil when nothing is.
 func (w *catalogWatch) current() *hiddencode.Names { return w.names.Load() }
 
@@ -115,11 +139,43 @@ func (w *catalogWatch) ddlEnded() { w.change(-1) }
 func (w *catalogWatch) change(ddl int) {
 	w.mu.Lock()
 	w.ddl += ddl
+	if ddl < 0 {
+		w.ends.Add(1)
+	}
 	w.epoch++
 	w.gen.Add(1)
 	w.names.Store(nil)
 	w.next.Store(0)
+	w.notifyLocked()
 	w.mu.Unlock()
+}
+
+// release ends the read that held w.busy and wakes the releases waiting
+// in sameCodeAfter, which may start the next one now.
+func (w *catalogWatch) release() {
+	<-w.busy
+	w.mu.Lock()
+	w.notifyLocked()
+	w.mu.Unlock()
+}
+
+// notifyLocked wakes the releases waiting in sameCodeAfter. w.mu must be
+// held.
+func (w *catalogWatch) notifyLocked() {
+	if w.changed != nil {
+		close(w.changed)
+		w.changed = nil
+	}
+}
+
+// watchLocked returns what a release waiting for the catalog after DDL
+// reads of w: the DDL transactions open and ended, the catalog known (nil:
+// none), and a channel closed at the next change. w.mu must be held.
+func (w *catalogWatch) watchLocked() (ddl int, ends uint64, n *hiddencode.Names, changed <-chan struct{}) {
+	if w.changed == nil {
+		w.changed = make(chan struct{})
+	}
+	return w.ddl, w.ends.Load(), w.names.Load(), w.changed
 }
 
 // retryAfter puts the next read off by d after one that could not start,
@@ -216,7 +272,7 @@ func (p *Pooler) learnOn(ctx context.Context, conn *backend.Conn) bool {
 	default:
 		return true // another session is reading it
 	}
-	defer func() { <-w.busy }()
+	defer w.release()
 	return p.readCatalog(ctx, w, conn)
 }
 
@@ -240,7 +296,7 @@ func (p *Pooler) refreshCatalog(pool *backend.Pool) {
 	}
 	go func() {
 		defer p.bg.done()
-		defer func() { <-w.busy }()
+		defer w.release()
 		epoch := w.epochNow()
 		ctx, cancel := context.WithTimeout(p.bg.ctx, catalogTimeout)
 		defer cancel()
@@ -285,6 +341,52 @@ func (p *Pooler) readCatalog(ctx context.Context, w *catalogWatch, conn *backend
 	return err == nil || errors.As(err, &se)
 }
 
+// ddlSettleTimeout bounds how long a release waits for DDL that changed
+// the catalog while its requests ran to end and for the catalog to be
+// read again (sameCodeAfter); past it the connection is closed.
+const ddlSettleTimeout = time.Second
+
+// sameCodeAfter reports whether the DDL the pooler passed on while
+// requests read by the catalog at m ran left the code behind names as it
+// was at m. Then those requests, read as plain, cannot have run code the
+// DDL added, and neither can the requests written behind them on a lane:
+// their server connection holds nothing the pooler does not know of
+// (overlapsDDLLocked said it may). A migration that adds a column or an
+// index then costs its in-flight neighbours a wait for one read of the
+// catalog, not their connection. It waits up to ddlSettleTimeout for the
+// DDL's transactions to end and the catalog to be read again, and it
+// fails closed: false when m knew no names (its requests were opaque),
+// when more than one DDL transaction ended since m (one may have added a
+// trigger the requests ran and the next dropped it), or when no read
+// comes in time.
+func (p *Pooler) sameCodeAfter(pool *backend.Pool, m catalogMark) bool {
+	if m.names == nil || pool.Size() <= 1 {
+		return false // opaque requests; or the one connection, held, is all a read could use
+	}
+	w := p.catalogOf(pool)
+	timer := time.NewTimer(ddlSettleTimeout)
+	defer timer.Stop()
+	for {
+		w.mu.Lock()
+		ddl, ends, n, changed := w.watchLocked()
+		w.mu.Unlock()
+		switch {
+		case ends > m.ends+1:
+			return false
+		case ddl == 0 && n != nil:
+			return n.SameCode(m.names)
+		}
+		p.refreshCatalog(pool)
+		select {
+		case <-changed:
+		case <-timer.C:
+			return false
+		case <-p.bg.ctx.Done():
+			return false
+		}
+	}
+}
+
 // hiddenText reports whether, in transaction mode, text names something
 // that runs code the text does not show (or nothing is known of the
 // catalog). memo, when not nil, keeps the answer for the Names it was
@@ -321,12 +423,11 @@ func (s *session) checkHidden(info *sqlInfo, text []byte, memo *hiddenMemo) {
 		return
 	}
 	w := s.p.catalogOf(s.pool)
-	s.catalogGen = w.gen.Load() // before the names: a change in between is seen
-	s.catalogRead = true
+	s.catalogAt, s.catalogRead = w.mark(), true
 	if info.pins.Opaque || info.noQuery || len(text) == 0 {
 		return // opaque already, or nothing to hide from
 	}
-	n := w.current()
+	n := s.catalogAt.names
 	if !hiddenIn(n, text, memo) {
 		return
 	}
@@ -373,7 +474,7 @@ func (s *session) noteDDLLocked(a *attachment) {
 // behind a migration's ALTER TABLE). a's own DDL does not count; its
 // requests were opaque. s.mu must be held.
 func (s *session) overlapsDDLLocked(a *attachment) bool {
-	return !a.ranDDL && s.p.cfg.Mode == ModeTransaction && s.p.catalogOf(a.conn.Pool()).gen.Load() != a.catalogGen
+	return !a.ranDDL && s.p.cfg.Mode == ModeTransaction && s.p.catalogOf(a.conn.Pool()).gen.Load() != a.catalogAt.gen
 }
 
 // endDDLLocked records that the DDL a's server ran has ended: its

@@ -699,7 +699,7 @@ var slDDLObjects = []string{
 
 var slDDLDrop = []string{
 	"DROP VIEW IF EXISTS public.sl_v",
-	"DROP TABLE IF EXISTS public.sl_t, public.sl_new",
+	"DROP TABLE IF EXISTS public.sl_t, public.sl_new, public.sl_other",
 	"DROP FUNCTION IF EXISTS public.sl_mark_trg(), public.sl_mark(), public.sl_mark_view(), public.sl_tmp()",
 }
 
@@ -1145,12 +1145,36 @@ func TestHostileDDLLaneRiderBehindStaleRequest(t *testing.T) {
 			"CREATE OR REPLACE VIEW public.sl_v AS SELECT public.sl_mark_view() AS x", "sl_view"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			slRiderBehindStale(t, tc.setup, tc.req, tc.ddl, tc.mark)
+			slRiderBehindStale(t, tc.setup, tc.req, tc.ddl, tc.mark, false)
 		})
 	}
 }
 
-func slRiderBehindStale(t *testing.T, setup, req, ddl, mark string) {
+// TestDDLWithoutCodeKeepsLane is TestHostileDDLLaneRiderBehindStaleRequest
+// with DDL that adds no code behind any name: a column without a
+// default, an index on a column, a table of its own. The catalog read
+// after it holds the same names (sameCodeAfter), so the requests read
+// before it ran nothing new, and the requests behind them on the lane get
+// their answers: no 08006, and the server process lives on. Before
+// sameCodeAfter, every such migration failed them.
+func TestDDLWithoutCodeKeepsLane(t *testing.T) {
+	for _, tc := range []struct{ name, ddl string }{
+		{"column", "ALTER TABLE public.sl_t ADD COLUMN sl_e integer"},
+		{"index", "CREATE INDEX sl_t_who ON public.sl_t (who)"},
+		{"table", "CREATE TABLE public.sl_other (x integer)"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			slRiderBehindStale(t, "", "INSERT INTO public.sl_t (who) VALUES ('sl_b')", tc.ddl, "sl_b", true)
+		})
+	}
+}
+
+// slRiderBehindStale runs A's slow request on a lane with B's req and C's
+// check of myapp.x behind it, commits D's ddl meanwhile, and checks that
+// C never sees mark. With kept, ddl adds no code: B and C must get their
+// answers and A's server process must live on; otherwise the pooler may
+// close it (fail closed) and must lend it to nobody after.
+func slRiderBehindStale(t *testing.T, setup, req, ddl, mark string, kept bool) {
 	c := sharedCluster(t)
 	ctx := testCtx(t, 2*time.Minute)
 	reg := prometheus.NewRegistry()
@@ -1218,6 +1242,19 @@ func slRiderBehindStale(t *testing.T, setup, req, ddl, mark string) {
 			req, pidA, ddl, gotC)
 	} else if !slices.Contains(gotC, "D[,sl_c]") && !slices.Contains(gotC, "E[FATAL 08006]") && !slices.Contains(gotC, "E[ERROR 08006]") {
 		t.Errorf("C's request behind B's: %v", gotC)
+	}
+	if kept {
+		if len(closed) != 0 || !slices.Contains(gotC, "D[,sl_c]") {
+			t.Fatalf("DDL adding no code (%q) failed the requests behind A's on the lane: B closed %v, C got %v", ddl, closed[b], gotC)
+		}
+		var alive int
+		if err := direct(ctx, t, c).QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE pid = $1", pidA).Scan(&alive); err != nil {
+			t.Fatal(err)
+		}
+		if alive != 1 {
+			t.Errorf("server process %s, whose requests ran while DDL adding no code committed, was closed", pidA)
+		}
+		return
 	}
 	// Nobody gets that server process again.
 	for i, who := range []*rawConn{a, b, cc, d} {

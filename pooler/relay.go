@@ -80,14 +80,14 @@ type attachment struct {
 	// (awaitOwedRest) then sends the query instead of waiting for a
 	// client that may say nothing for a long time.
 	owedRest chan struct{}
-	// catalogGen is the catalog watch's generation when the attachment
-	// began (overlapsDDLLocked).
-	catalogGen uint64
-	st         *serverState
-	gen        uint64 // the session's count of attachments when this one began (a deferred cancel's check)
-	queue      []entry
-	head       int
-	status     byte // last ReadyForQuery status
+	// catalogAt is the catalog its first request was read by
+	// (overlapsDDLLocked, sameCodeAfter).
+	catalogAt catalogMark
+	st        *serverState
+	gen       uint64 // the session's count of attachments when this one began (a deferred cancel's check)
+	queue     []entry
+	head      int
+	status    byte // last ReadyForQuery status
 
 	batchStart time.Time // first message of the client's request not yet closed by Sync (see noteRequest)
 	txStart    time.Time // first request of the transaction in progress

@@ -856,17 +856,7 @@ func (s *session) finishRelease(a *attachment) {
 	s.mu.Lock()
 	s.endDDLLocked(a)
 	destroy := a.destroy
-	if !destroy && s.overlapsDDLLocked(a) {
-		// A request read by the catalog from before the DDL may have run
-		// code the DDL added: what the server holds is unknown. On a lane
-		// the requests behind it fail too (Leave with destroy): they ran
-		// after it, on whatever the added code left in the session (a
-		// trigger's set_config), so their answers must not reach their
-		// clients (TestHostileDDLLaneRiderBehindStaleRequest).
-		destroy = true
-		a.destroy = true
-		s.log.Info("closing a server connection whose requests ran while DDL changed the catalog", "server_pid", a.conn.PID)
-	}
+	stale := !destroy && s.overlapsDDLLocked(a)
 	if a.probeOwed && s.pin.probe && !s.pinned && !destroy {
 		// The probe after an opaque statement never ran (a COPY was open
 		// when it was due): what the server holds is unknown, so the
@@ -882,6 +872,20 @@ func (s *session) finishRelease(a *attachment) {
 	// Cancels first: one still in flight could hit the identity reset.
 	if cancels != nil && !destroy && !s.cancelsSettled(cancels) {
 		destroy = true
+	}
+	if stale && !destroy && !s.p.sameCodeAfter(a.conn.Pool(), a.catalogAt) {
+		// A request read by the catalog from before the DDL may have run
+		// code the DDL added: what the server holds is unknown. On a lane
+		// the requests behind it fail too (Leave with destroy): they ran
+		// after it, on whatever the added code left in the session (a
+		// trigger's set_config), so their answers must not reach their
+		// clients (TestHostileDDLLaneRiderBehindStaleRequest). Until
+		// sameCodeAfter has answered, nobody reads them.
+		destroy = true
+		s.mu.Lock()
+		a.destroy = true
+		s.mu.Unlock()
+		s.log.Info("closing a server connection whose requests ran while DDL changed the catalog, which may have added code behind names", "server_pid", a.conn.PID)
 	}
 	if !destroy && resetID {
 		if err := resetIdentity(a.conn); err != nil {

@@ -81,8 +81,8 @@ type session struct {
 	pipeBody      []byte      // its body
 	pipeText      lexedText   // what the lexer found in that message's statement text, when someone looked already
 	rider         lanes.Rider // memory for the session's request on a shared server connection (pipeline.go)
-	catalogGen    uint64      // the catalog's generation when the last request was read (catalog.go); owner only
-	catalogRead   bool        // the message at hand was read by the catalog, at catalogGen; owner only
+	catalogAt     catalogMark // the catalog the last request was read by (catalog.go); owner only
+	catalogRead   bool        // the message at hand was read by the catalog, at catalogAt; owner only
 
 	cwMu sync.Mutex
 	cw   *bufio.Writer        // nil while idle (see flushClient)

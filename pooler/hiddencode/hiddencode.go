@@ -273,6 +273,34 @@ func (n *Names) Empty() bool {
 	return n != nil && !n.all && len(n.idents) == 0 && len(n.ops) == 0
 }
 
+// SameCode reports whether n and o hold the same names and operators,
+// so that a text mentions code behind a name by one exactly when it does
+// by the other: DDL that changed the catalog between them added and
+// removed no such code (the pooler keeps a server connection whose
+// requests ran while that DDL committed). A nil Names (nothing known) is
+// the same as none.
+func (n *Names) SameCode(o *Names) bool {
+	switch {
+	case n == nil || o == nil:
+		return false
+	case n == o:
+		return true
+	case n.all != o.all || len(n.idents) != len(o.idents) || len(n.ops) != len(o.ops):
+		return false
+	}
+	for id := range n.idents {
+		if _, ok := o.idents[id]; !ok {
+			return false
+		}
+	}
+	for _, op := range n.ops { // distinct in each, and few
+		if !slices.Contains(o.ops, op) {
+			return false
+		}
+	}
+	return true
+}
+
 // Len returns how many names n holds, for logs and the admin console.
 func (n *Names) Len() int {
 	if n == nil {

@@ -271,6 +271,60 @@ func TestFingerprint(t *testing.T) {
 	}
 }
 
+// TestSameCode: DDL that adds no code behind a name leaves a catalog
+// with the same code (SameCode), though its fingerprint changes; DDL that
+// adds or removes such code does not. Nil is the same as nothing.
+func TestSameCode(t *testing.T) {
+	c := pgtest.New(t, pgtest.Options{})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	conn, err := pgconn.Connect(ctx, c.SuperURL("postgres"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	exec := func(q string) {
+		t.Helper()
+		if _, err := conn.Exec(ctx, q).ReadAll(); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	exec("CREATE TABLE sc (a int, b text)")
+	exec("CREATE FUNCTION scf() RETURNS trigger LANGUAGE plpgsql AS 'BEGIN PERFORM set_config(''x.y'', ''1'', false); RETURN NEW; END'")
+	exec("CREATE FUNCTION scg() RETURNS text LANGUAGE plpgsql AS 'BEGIN PERFORM set_config(''x.y'', ''1'', false); RETURN ''m''; END'")
+	last := build(ctx, t, conn)
+	if !last.SameCode(last) || !last.SameCode(build(ctx, t, conn)) {
+		t.Fatal("a catalog read twice without DDL does not hold the same code")
+	}
+	var unknown *hiddencode.Names
+	if unknown.SameCode(last) || last.SameCode(nil) || unknown.SameCode(nil) {
+		t.Error("nothing known is the same as something")
+	}
+	for _, tc := range []struct {
+		ddl  string
+		same bool
+	}{
+		{"ALTER TABLE sc ADD COLUMN c integer", true},
+		{"CREATE INDEX ON sc (b)", true},
+		{"CREATE TABLE sc2 (x int)", true},
+		{"ALTER TABLE sc ALTER COLUMN b SET DEFAULT 'y'", true},
+		{"CREATE TRIGGER t BEFORE INSERT ON sc FOR EACH ROW EXECUTE FUNCTION scf()", false},
+		{"DROP TRIGGER t ON sc", false},
+		{"ALTER TABLE sc2 ALTER COLUMN x SET DEFAULT length(scg())", false},
+		{"CREATE VIEW scv AS SELECT scg() AS m", false},
+	} {
+		exec(tc.ddl)
+		n := build(ctx, t, conn)
+		if n.Fingerprint() == last.Fingerprint() {
+			t.Errorf("%s: the fingerprint did not change", tc.ddl)
+		}
+		if got := n.SameCode(last); got != tc.same {
+			t.Errorf("%s: SameCode = %v, want %v", tc.ddl, got, tc.same)
+		}
+		last = n
+	}
+}
+
 // dataRow encodes values as a DataRow body.
 func dataRow(vals [][]byte) []byte {
 	b := binary.BigEndian.AppendUint16(nil, uint16(len(vals)))
