@@ -1327,3 +1327,53 @@ func TestHostileStartupProcessDependentValue(t *testing.T) {
 		}
 	}
 }
+
+// TestDDLBlockBehindSync: DDL in a transaction block, sent as one Query
+// by a client whose settings the pooler brings in line first (a parameter
+// sync written ahead of the Query), keeps the catalog unknown until the
+// block's COMMIT has been answered.
+//
+// Before the fix (0c2a9f1, 5ce8ce9) the sync's own ReadyForQuery ended
+// the DDL in the pooler's eyes (relay.go readyLocked: the client had one entry left, its Query,
+// still unanswered). A catalog read during the block, which cannot see
+// the trigger the block adds, was then kept as the catalog after it. After
+// the COMMIT, W's INSERT was read as plain, ran the trigger's set_config,
+// and R, next on that server process, saw W's mark: 3 failures in 3 runs.
+// TestHostileDDLLanes' trigger case showed it as LEAK in about half of
+// its runs.
+func TestDDLBlockBehindSync(t *testing.T) {
+	c := sharedCluster(t)
+	ctx := testCtx(t, 2*time.Minute)
+	reg := prometheus.NewRegistry()
+	h := newHarness(t, harnessOpts{cluster: c, poolSize: 2, minPool: 2, reg: reg, cfg: pooler.Config{
+		Mode: pooler.ModeTransaction}})
+	clusterObjects(ctx, t, h, slDDLDrop, slDDLObjects...)
+	addr := hostileAddr(h)
+	d, _ := startRaw(ctx, t, addr, map[string]string{"application_name": "sl_ddl_app"})
+	w, _ := startRaw(ctx, t, addr, nil)
+	r, _ := startRaw(ctx, t, addr, nil)
+	const check = "SELECT coalesce(pg_catalog.current_setting('myapp.x', true), '')"
+	noErrors(t, "W's insert before the DDL", q(w, "INSERT INTO public.sl_t (who) VALUES ('sl_w')"))
+	if v := one(t, r, check); v != "" {
+		t.Fatalf("myapp.x before any trigger: %q", v)
+	}
+	// D's application_name is not the server process's (W's and R's are
+	// the same), so D's request needs a sync ahead of it.
+	d.send(qm("BEGIN; CREATE TRIGGER sl_trg BEFORE INSERT ON public.sl_t FOR EACH ROW EXECUTE FUNCTION public.sl_mark_trg(); " +
+		"SELECT pg_sleep(1), 'sl_blk'; COMMIT"))
+	waitRunningLike(ctx, t, h, "%pg_sleep(1), 'sl_blk'; COMMIT")
+	// Requests during the block: each may start a read of the catalog,
+	// which must not be kept while the block may still commit.
+	for range 5 {
+		if v := one(t, r, check); v != "" {
+			t.Fatalf("myapp.x during the block: %q", v)
+		}
+	}
+	hostileExpect(t, "D's block", rawBatch(d, 1), "C[BEGIN]", "C[CREATE TRIGGER]", "RowDescription", "D[,sl_blk]", "C[SELECT 1]", "C[COMMIT]", "Z[I]")
+	for i := range 6 {
+		noErrors(t, "W's insert after the DDL", q(w, "INSERT INTO public.sl_t (who) VALUES ('sl_w')"))
+		if v := one(t, r, check); v != "" {
+			t.Fatalf("LEAK: round %d: R sees myapp.x = %q, set by the trigger W's INSERT ran (the pooler read the INSERT by the catalog of before D's block)", i, v)
+		}
+	}
+}

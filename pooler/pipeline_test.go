@@ -272,12 +272,17 @@ func warmClient(t *testing.T, h *harness, q string) (context.Context, *pgconn.Pg
 // requests started next queue behind it.
 func waitRunning(ctx context.Context, t *testing.T, h *harness, tag string) {
 	t.Helper()
+	waitRunningLike(ctx, t, h, "%pg_sleep(%), '"+tag+"'")
+}
+
+// waitRunningLike waits until a query LIKE want is active on the server.
+func waitRunningLike(ctx context.Context, t *testing.T, h *harness, want string) {
+	t.Helper()
 	direct, err := pgx.Connect(ctx, h.cluster.SuperURL("postgres"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer direct.Close(context.Background())
-	want := "%pg_sleep(%), '" + tag + "'"
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		var n int
@@ -289,7 +294,7 @@ func waitRunning(ctx context.Context, t *testing.T, h *harness, tag string) {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("the query tagged %q never ran", tag)
+			t.Fatalf("no query like %q ran", want)
 		}
 		time.Sleep(5 * time.Millisecond)
 	}

@@ -302,11 +302,19 @@ func (s *session) readyLocked(a *attachment, m *reply) {
 	s.discardToSync(a)
 	a.skipping = false
 	if a.ddl && a.status == 'I' {
-		if a.clientPending() <= 1 {
+		switch head := a.front(); {
+		case head != nil && head.quiet:
+			// The pooler's own query, written ahead of the client's
+			// (a parameter sync, DISCARD SEQUENCES): the client's DDL
+			// has not run yet, let alone ended. Ending it here let a
+			// catalog read during the DDL's transaction block, which
+			// cannot see what it adds, stand for the catalog after it
+			// (TestDDLBlockBehindSync).
+		case a.clientPending() <= 1:
 			// Everything the client sent was answered, outside any
 			// block; what follows is the pooler's own (the probe).
 			s.endDDLLocked(a)
-		} else {
+		default:
 			s.p.catalogOf(a.conn.Pool()).invalidate()
 		}
 	}
