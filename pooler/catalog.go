@@ -344,7 +344,7 @@ func (p *Pooler) readCatalog(ctx context.Context, w *catalogWatch, conn *backend
 // ddlSettleTimeout bounds how long a release waits for DDL that changed
 // the catalog while its requests ran to end and for the catalog to be
 // read again (sameCodeAfter); past it the connection is closed.
-const ddlSettleTimeout = time.Second
+const ddlSettleTimeout = 250 * time.Millisecond
 
 // sameCodeAfter reports whether the DDL the pooler passed on while
 // requests read by the catalog at m ran left the code behind names as it
@@ -357,8 +357,8 @@ const ddlSettleTimeout = time.Second
 // DDL's transactions to end and the catalog to be read again, and it
 // fails closed: false when m knew no names (its requests were opaque),
 // when more than one DDL transaction ended since m (one may have added a
-// trigger the requests ran and the next dropped it), or when no read
-// comes in time.
+// trigger the requests ran and the next dropped it), when the pool has
+// no connection left for a read, or when no read comes in time.
 func (p *Pooler) sameCodeAfter(pool *backend.Pool, m catalogMark) bool {
 	if m.names == nil || pool.Size() <= 1 {
 		return false // opaque requests; or the one connection, held, is all a read could use
@@ -375,6 +375,11 @@ func (p *Pooler) sameCodeAfter(pool *backend.Pool, m catalogMark) bool {
 			return false
 		case ddl == 0 && n != nil:
 			return n.SameCode(m.names)
+		case pool.Spare() <= 0:
+			// Every connection is lent: a read would wait for one of
+			// them, and with all of them waiting here none is released
+			// before the timeout, a stall of the pool for every client.
+			return false
 		}
 		p.refreshCatalog(pool)
 		select {
