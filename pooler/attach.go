@@ -236,8 +236,8 @@ func (s *session) startAttachmentLocked(conn *backend.Conn, rd *lanes.Rider) *at
 	a.conn, a.st, a.status, a.gen, a.rider = conn, st, 'I', s.attGen, rd
 	a.catalogAt = s.catalogAt // the catalog its first request was read by
 	if !s.catalogRead && s.p.cfg.Mode == ModeTransaction {
-		// The first request was not read by the catalog (a Parse, whose
-		// Bind is; a Sync): DDL before now cannot have misled its
+		// The first message was not read by the catalog (a Sync, a
+		// Describe, a Close): DDL before now cannot have misled its
 		// reading, so it counts from now. s.catalogAt is an earlier
 		// request's, maybe from before DDL long over, and would close a
 		// connection for nothing (every new session's first Parse after

@@ -427,12 +427,10 @@ func (s *session) checkHidden(info *sqlInfo, text []byte, memo *hiddenMemo) {
 	if s.p.cfg.Mode != ModeTransaction {
 		return
 	}
-	w := s.p.catalogOf(s.pool)
-	s.catalogAt, s.catalogRead = w.mark(), true
+	n := s.catalogAtHand()
 	if info.pins.Opaque || info.noQuery || len(text) == 0 {
 		return // opaque already, or nothing to hide from
 	}
-	n := s.catalogAt.names
 	if !hiddenIn(n, text, memo) {
 		return
 	}
@@ -442,6 +440,15 @@ func (s *session) checkHidden(info *sqlInfo, text []byte, memo *hiddenMemo) {
 	} else {
 		s.p.m.hiddenNamed.Inc()
 	}
+}
+
+// catalogAtHand notes that the message at hand is read by the catalog
+// now (s.catalogAt), which an attachment it begins counts from
+// (overlapsDDLLocked), and returns the names it is read by. The caller
+// is in transaction mode.
+func (s *session) catalogAtHand() *hiddencode.Names {
+	s.catalogAt, s.catalogRead = s.p.catalogOf(s.pool).mark(), true
+	return s.catalogAt.names
 }
 
 // hiddenMemo is hiddenText's answer for one text under one Names.

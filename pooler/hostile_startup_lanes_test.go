@@ -1377,3 +1377,75 @@ func TestDDLBlockBehindSync(t *testing.T) {
 		}
 	}
 }
+
+// TestHiddenParseNotPipelined: an extended-protocol request whose Parse
+// names a table with a trigger (code behind a name) never shares a
+// server connection, also when its text is new to the session: while C's
+// check of myapp.x rides A's lane, B's INSERT must not join it (a client
+// behind it would read the mark its trigger sets).
+//
+// Before the fix (3886988 and earlier) parseReadsSequences left such a
+// text in s.pipeText as plain, and scanBatch took it as read without
+// asking the catalog: B's request joined the lane behind C's in 4 of 4
+// runs (2 pipelined requests).
+func TestHiddenParseNotPipelined(t *testing.T) {
+	c := sharedCluster(t)
+	ctx := testCtx(t, 2*time.Minute)
+	reg := prometheus.NewRegistry()
+	h := newHarness(t, harnessOpts{cluster: c, poolSize: 2, minPool: 2, reg: reg, cfg: pooler.Config{
+		Mode: pooler.ModeTransaction, PipelineDepth: 8, PipelineFastThreshold: 10 * time.Second}})
+	clusterObjects(ctx, t, h, slDDLDrop, slDDLObjects...)
+	addr := hostileAddr(h)
+	a, _ := startRaw(ctx, t, addr, nil)
+	b, _ := startRaw(ctx, t, addr, nil)
+	cc, _ := startRaw(ctx, t, addr, nil)
+	d, _ := startRaw(ctx, t, addr, nil)
+	const (
+		slow  = "SELECT pg_sleep(%s), 'sl_a'"
+		check = "SELECT coalesce(pg_catalog.current_setting('myapp.x', true), ''), 'sl_c'"
+		ins   = "INSERT INTO public.sl_t (who) VALUES ('sl_b')"
+	)
+	ext := func(sql string) []pgproto3.FrontendMessage {
+		return []pgproto3.FrontendMessage{&pgproto3.Parse{Query: sql}, &pgproto3.Bind{}, &pgproto3.Execute{}, &pgproto3.Sync{}}
+	}
+	for range 6 { // the kinds, known fast before the trigger
+		noErrors(t, "warming A's kind", q(a, fmt.Sprintf(slow, "0")))
+		noErrors(t, "warming B's kind", rawBatch(b, 1, ext(ins)...))
+		noErrors(t, "warming C's kind", q(cc, check))
+	}
+	noErrors(t, "the trigger", q(d, "CREATE TRIGGER sl_trg BEFORE INSERT ON public.sl_t FOR EACH ROW EXECUTE FUNCTION public.sl_mark_trg()"))
+	// B's unnamed statement becomes another, so its next Parse of ins is
+	// new to the session (the pooler reads it afresh); and the catalog is
+	// read again meanwhile (a request after the DDL starts the read).
+	noErrors(t, "B's other statement", rawBatch(b, 1, ext("SELECT 'sl_other'")...))
+	reads := metricValue(t, reg, "pgquic_pooler_catalog_reads_total", "ok")
+	for deadline := time.Now().Add(10 * time.Second); metricValue(t, reg, "pgquic_pooler_catalog_reads_total", "ok") <= reads; {
+		if time.Now().After(deadline) {
+			t.Fatal("the catalog was not read again after the DDL")
+		}
+		noErrors(t, "a request after the DDL", q(cc, check))
+		time.Sleep(5 * time.Millisecond)
+	}
+	hostileExpect(t, "D's BEGIN", q(d, "BEGIN"), "C[BEGIN]", "Z[T]")
+	base := metricValue(t, reg, pipelinedMetric, "")
+	a.send(qm(fmt.Sprintf(slow, "2")))
+	waitRunning(ctx, t, h, "sl_a")
+	// C rides A's lane first; B's request comes next, while A's sleep
+	// still runs. With the bug it joins the lane behind C's (the second
+	// pipelined request); without, it waits for a connection of its own.
+	cc.send(qm(check))
+	waitMetric(t, reg, pipelinedMetric, base+1)
+	b.send(ext(ins)...)
+	if got := rawBatch(a, 1); !slices.Contains(got, "D[,sl_a]") {
+		t.Errorf("A's slow query: %v", got)
+	}
+	gotC := rawBatch(cc, 1)
+	noErrors(t, "B's INSERT", rawBatch(b, 1))
+	hostileExpect(t, "D's COMMIT", q(d, "COMMIT"), "C[COMMIT]", "Z[I]")
+	if !slices.Contains(gotC, "D[,sl_c]") {
+		t.Errorf("C's request: %v", gotC)
+	}
+	if n := metricValue(t, reg, pipelinedMetric, "") - base; n != 1 {
+		t.Errorf("%v requests were pipelined, want 1 (C's): B's Parse names code behind a name", n)
+	}
+}

@@ -154,14 +154,23 @@ func (s *session) parseReadsSequences(name, rest []byte) bool {
 	if !ok {
 		return true // the handler refuses it
 	}
+	// The text is read by the catalog now, before the connection is
+	// borrowed (which may wait while DDL commits): the attachment counts
+	// from here (catalogAtHand).
+	names := s.catalogAtHand()
 	if u := s.unnamed; len(name) == 0 && u != nil && string(rest) == u.key {
-		return u.info.readsSequences() || s.hiddenText(q, &u.hid)
+		return u.info.readsSequences() || (len(q) > 0 && hiddenIn(names, q, &u.hid))
 	}
 	info := inspectSQL(q)
-	if info.pipe {
+	hidden := len(q) > 0 && hiddenIn(names, q, nil)
+	if info.pipe && !hidden {
+		// Plain for the lanes too (scanBatch takes it as read). A text
+		// naming code behind a name is left to scanBatch, which refuses
+		// it: before, it was left here as plain, and such a Parse shared
+		// a connection (TestHiddenParseNotPipelined).
 		s.pipeText = lexedText{text: q, plain: true, fp: info.fp}
 	}
-	return info.readsSequences() || s.hiddenText(q, nil)
+	return info.readsSequences() || hidden
 }
 
 // discardSequences is DISCARD SEQUENCES as a Query message.
