@@ -36,8 +36,9 @@ type harnessOpts struct {
 	minPool  int
 	cluster  *pgtest.Cluster // reuse a cluster
 	reg      prometheus.Registerer
-	backend  string       // the server's connection string, when not the cluster's own (a proxy in front of it)
-	log      *slog.Logger // the pooler's logger; nil discards
+	backReg  prometheus.Registerer // the backend manager's, when a test reads its metrics too
+	backend  string                // the server's connection string, when not the cluster's own (a proxy in front of it)
+	log      *slog.Logger          // the pooler's logger; nil discards
 }
 
 func newHarness(t testing.TB, o harnessOpts) *harness {
@@ -58,7 +59,7 @@ func newHarness(t testing.TB, o harnessOpts) *harness {
 		Defaults: backend.PoolConfig{
 			PoolSize: o.poolSize, MinPool: o.minPool,
 		},
-	}, nil, nil)
+	}, nil, o.backReg)
 	if err != nil {
 		cancel()
 		t.Fatalf("backend.NewManager: %v", err)

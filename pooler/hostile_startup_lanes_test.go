@@ -1169,31 +1169,45 @@ func TestDDLWithoutCodeKeepsLane(t *testing.T) {
 	}
 }
 
-// slRiderBehindStale runs A's slow request on a lane with B's req and C's
-// check of myapp.x behind it, commits D's ddl meanwhile, and checks that
-// C never sees mark. With kept, ddl adds no code: B and C must get their
-// answers and A's server process must live on; otherwise the pooler may
-// close it (fail closed) and must lend it to nobody after.
-func slRiderBehindStale(t *testing.T, setup, req, ddl, mark string, kept bool) {
+// slLaneSlow and slLaneCheck are A's slow request (its sleep's length
+// left to fill in) and C's look at myapp.x in the lane tests.
+const (
+	slLaneSlow  = "SELECT pg_sleep(%s), 'sl_a'"
+	slLaneCheck = "SELECT coalesce(pg_catalog.current_setting('myapp.x', true), ''), 'sl_c'"
+)
+
+// slLane starts the lane tests' pooler (a pool of 2, pipelining with
+// every kind fast; the pooler's and the backend's metrics in one
+// registry), creates objs on the shared cluster, and logs in clients A,
+// B, C and D.
+func slLane(t *testing.T, objs []string) (*pgtest.Cluster, context.Context, *harness, *prometheus.Registry, *rawConn, *rawConn, *rawConn, *rawConn) {
+	t.Helper()
 	c := sharedCluster(t)
 	ctx := testCtx(t, 2*time.Minute)
 	reg := prometheus.NewRegistry()
-	h := newHarness(t, harnessOpts{cluster: c, poolSize: 2, minPool: 2, reg: reg, cfg: pooler.Config{
+	h := newHarness(t, harnessOpts{cluster: c, poolSize: 2, minPool: 2, reg: reg, backReg: reg, cfg: pooler.Config{
 		Mode: pooler.ModeTransaction, PipelineDepth: 8, PipelineFastThreshold: 10 * time.Second}})
-	objs := slices.Clone(slDDLObjects)
-	if setup != "" {
-		objs = append(objs, setup)
-	}
 	clusterObjects(ctx, t, h, slDDLDrop, objs...)
 	addr := hostileAddr(h)
 	a, _ := startRaw(ctx, t, addr, nil)
 	b, _ := startRaw(ctx, t, addr, nil)
 	cc, _ := startRaw(ctx, t, addr, nil)
 	d, _ := startRaw(ctx, t, addr, nil)
-	const (
-		slow  = "SELECT pg_sleep(%s), 'sl_a'"
-		check = "SELECT coalesce(pg_catalog.current_setting('myapp.x', true), ''), 'sl_c'"
-	)
+	return c, ctx, h, reg, a, b, cc, d
+}
+
+// slRiderBehindStale runs A's slow request on a lane with B's req and C's
+// check of myapp.x behind it, commits D's ddl meanwhile, and checks that
+// C never sees mark. With kept, ddl adds no code: B and C must get their
+// answers and A's server process must live on; otherwise the pooler may
+// close it (fail closed) and must lend it to nobody after.
+func slRiderBehindStale(t *testing.T, setup, req, ddl, mark string, kept bool) {
+	objs := slices.Clone(slDDLObjects)
+	if setup != "" {
+		objs = append(objs, setup)
+	}
+	c, ctx, h, reg, a, b, cc, d := slLane(t, objs)
+	const slow, check = slLaneSlow, slLaneCheck
 	for range 6 {
 		noErrors(t, "warming A's kind", q(a, fmt.Sprintf(slow, "0")))
 		noErrors(t, "warming B's kind", q(b, req))
@@ -1389,21 +1403,10 @@ func TestDDLBlockBehindSync(t *testing.T) {
 // asking the catalog: B's request joined the lane behind C's in 4 of 4
 // runs (2 pipelined requests).
 func TestHiddenParseNotPipelined(t *testing.T) {
-	c := sharedCluster(t)
-	ctx := testCtx(t, 2*time.Minute)
-	reg := prometheus.NewRegistry()
-	h := newHarness(t, harnessOpts{cluster: c, poolSize: 2, minPool: 2, reg: reg, cfg: pooler.Config{
-		Mode: pooler.ModeTransaction, PipelineDepth: 8, PipelineFastThreshold: 10 * time.Second}})
-	clusterObjects(ctx, t, h, slDDLDrop, slDDLObjects...)
-	addr := hostileAddr(h)
-	a, _ := startRaw(ctx, t, addr, nil)
-	b, _ := startRaw(ctx, t, addr, nil)
-	cc, _ := startRaw(ctx, t, addr, nil)
-	d, _ := startRaw(ctx, t, addr, nil)
+	_, ctx, h, reg, a, b, cc, d := slLane(t, slDDLObjects)
 	const (
-		slow  = "SELECT pg_sleep(%s), 'sl_a'"
-		check = "SELECT coalesce(pg_catalog.current_setting('myapp.x', true), ''), 'sl_c'"
-		ins   = "INSERT INTO public.sl_t (who) VALUES ('sl_b')"
+		slow, check = slLaneSlow, slLaneCheck
+		ins         = "INSERT INTO public.sl_t (who) VALUES ('sl_b')"
 	)
 	ext := func(sql string) []pgproto3.FrontendMessage {
 		return []pgproto3.FrontendMessage{&pgproto3.Parse{Query: sql}, &pgproto3.Bind{}, &pgproto3.Execute{}, &pgproto3.Sync{}}
@@ -1436,6 +1439,15 @@ func TestHiddenParseNotPipelined(t *testing.T) {
 	cc.send(qm(check))
 	waitMetric(t, reg, pipelinedMetric, base+1)
 	b.send(ext(ins)...)
+	// B's request is decided while A's sleep runs: it waits for a
+	// connection (the pool's Acquire), or, with the bug, is pipelined.
+	for deadline := time.Now().Add(10 * time.Second); metricValue(t, reg, "pgquic_backend_acquires_waiting", "") < 1 &&
+		metricValue(t, reg, pipelinedMetric, "") < base+2; {
+		if time.Now().After(deadline) {
+			t.Fatal("B's request neither waits for a connection nor is pipelined")
+		}
+		time.Sleep(time.Millisecond)
+	}
 	if got := rawBatch(a, 1); !slices.Contains(got, "D[,sl_a]") {
 		t.Errorf("A's slow query: %v", got)
 	}

@@ -218,20 +218,7 @@ func rows(ctx context.Context, t *testing.T, conn *pgconn.PgConn, q string) *hid
 // TestFingerprint: the fingerprint Query carries is FingerprintQuery's,
 // and any DDL Query could see changes it.
 func TestFingerprint(t *testing.T) {
-	c := pgtest.New(t, pgtest.Options{})
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	conn, err := pgconn.Connect(ctx, c.SuperURL("postgres"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(context.Background())
-	exec := func(q string) {
-		t.Helper()
-		if _, err := conn.Exec(ctx, q).ReadAll(); err != nil {
-			t.Fatalf("%s: %v", q, err)
-		}
-	}
+	ctx, conn, exec := catalogConn(t)
 	exec("CREATE TABLE fp (a int, b text)")
 	exec("CREATE FUNCTION fpf() RETURNS trigger LANGUAGE plpgsql AS 'BEGIN RETURN NEW; END'")
 	exec("CREATE FUNCTION fpg() RETURNS event_trigger LANGUAGE plpgsql AS 'BEGIN END'")
@@ -275,20 +262,7 @@ func TestFingerprint(t *testing.T) {
 // with the same code (SameCode), though its fingerprint changes; DDL that
 // adds or removes such code does not. Nil is the same as nothing.
 func TestSameCode(t *testing.T) {
-	c := pgtest.New(t, pgtest.Options{})
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	conn, err := pgconn.Connect(ctx, c.SuperURL("postgres"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(context.Background())
-	exec := func(q string) {
-		t.Helper()
-		if _, err := conn.Exec(ctx, q).ReadAll(); err != nil {
-			t.Fatalf("%s: %v", q, err)
-		}
-	}
+	ctx, conn, exec := catalogConn(t)
 	exec("CREATE TABLE sc (a int, b text)")
 	exec("CREATE FUNCTION scf() RETURNS trigger LANGUAGE plpgsql AS 'BEGIN PERFORM set_config(''x.y'', ''1'', false); RETURN NEW; END'")
 	exec("CREATE FUNCTION scg() RETURNS text LANGUAGE plpgsql AS 'BEGIN PERFORM set_config(''x.y'', ''1'', false); RETURN ''m''; END'")
@@ -322,6 +296,26 @@ func TestSameCode(t *testing.T) {
 			t.Errorf("%s: SameCode = %v, want %v", tc.ddl, got, tc.same)
 		}
 		last = n
+	}
+}
+
+// catalogConn connects to a throwaway cluster of its own and returns the
+// connection, its context and an exec that fails t on an error.
+func catalogConn(t *testing.T) (context.Context, *pgconn.PgConn, func(string)) {
+	t.Helper()
+	c := pgtest.New(t, pgtest.Options{})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	t.Cleanup(cancel)
+	conn, err := pgconn.Connect(ctx, c.SuperURL("postgres"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close(context.Background()) })
+	return ctx, conn, func(q string) {
+		t.Helper()
+		if _, err := conn.Exec(ctx, q).ReadAll(); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
 	}
 }
 
